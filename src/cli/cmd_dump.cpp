@@ -1,0 +1,120 @@
+// `heapsnap dump LOG`: every record decoded, one per line, for debugging
+// and for tests. The line format is in man/heapsnap-dump.1.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "cli/commands.h"
+#include "format/log_reader.h"
+#include "replay/marker_select.h"
+
+namespace heapsnap::cli {
+namespace {
+
+std::string hex(std::string_view bytes) {
+    if (bytes.empty()) return "-";
+    std::string out;
+    for (unsigned char c : bytes) out += fmt::format("{:02x}", c);
+    return out;
+}
+
+std::string quoted(const std::string& s) {
+    std::string out = "\"";
+    for (char c : s) {
+        if (c == '"' || c == '\\')
+            out += std::string("\\") + c;
+        else if (static_cast<unsigned char>(c) < 0x20)
+            out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+        else
+            out += c;
+    }
+    return out + "\"";
+}
+
+class Dumper : public LogVisitor {
+public:
+    void on_process(const ProcessInfo& p) override {
+        start_ = p.start_ns;
+        std::string argv;
+        for (const auto& a : p.argv) argv += (argv.empty() ? "" : ",") + a;
+        line(fmt::format("process pid={} ppid={} uid={} exe={} version={} depth={} unwind={} argv={}", p.pid, p.ppid,
+                         p.uid, p.exe, p.recorder_version, p.max_depth,
+                         p.unwind == hslog::UnwindMode::Dwarf ? "dwarf" : "fp", argv));
+    }
+    void on_module_load(const ModuleRecord& m) override {
+        line(fmt::format("module id={} t={} bias={:#x} start={:#x} end={:#x} build_id={} path={}", m.id,
+                         secs(start_ + m.time_ns), m.load_bias, m.start, m.end, hex(m.build_id), m.path));
+    }
+    void on_module_unload(uint32_t module, uint64_t t) override {
+        line(fmt::format("module-unload id={} t={}", module, secs(start_ + t)));
+    }
+    void on_stack(uint32_t stack, std::span<const StackFrame> frames) override {
+        std::string list;
+        for (const StackFrame& f : frames) list += fmt::format("{}{}:{:#x}", list.empty() ? "" : ",", f.module, f.vaddr);
+        line(fmt::format("stack id={} frames={}", stack, list));
+    }
+    void on_thread_start(const ThreadStartRecord& t) override {
+        line(fmt::format("thread-start t={} thread={} tid={} stack={:#x}-{:#x}", secs(t.time_ns), t.thread, t.os_tid,
+                         t.stack_lo, t.stack_hi));
+    }
+    void on_thread_exit(uint32_t thread, uint64_t t) override {
+        line(fmt::format("thread-exit t={} thread={}", secs(t), thread));
+    }
+    void on_alloc(const AllocEvent& e) override {
+        line(fmt::format("alloc t={} thread={} fn={} addr={:#x} size={} stack={}", secs(e.time_ns), e.thread,
+                         hslog::alloc_fn_name(e.fn), e.address, e.size, e.stack));
+    }
+    void on_free(const FreeEvent& e) override {
+        line(fmt::format("free t={} thread={} addr={:#x}", secs(e.time_ns), e.thread, e.address));
+    }
+    void on_mmap(const MmapEvent& e) override {
+        line(fmt::format("mmap t={} thread={} addr={:#x} length={} prot={} flags={:#x} stack={}", secs(e.time_ns),
+                         e.thread, e.address, e.length, e.prot, e.flags, e.stack));
+    }
+    void on_munmap(const MunmapEvent& e) override {
+        line(fmt::format("munmap t={} thread={} addr={:#x} length={}", secs(e.time_ns), e.thread, e.address, e.length));
+    }
+    void on_marker(const MarkerRecord& m) override {
+        line(fmt::format("marker t={} thread={} index={} cause={} label={} events={} rss_kb={} threads={} regions={}",
+                         secs(m.time_ns), m.thread, m.index, marker_cause_name(m.cause), quoted(m.label), m.events,
+                         m.rss_kb, m.threads, m.regions.size()));
+    }
+    void on_end(const EndRecord& e) override {
+        static const char* const reasons[] = {"exit", "exec", "shutdown"};
+        auto r = static_cast<unsigned>(e.reason);
+        line(fmt::format("end t={} reason={} events={}", secs(e.time_ns), r < 3 ? reasons[r] : "?", e.events));
+    }
+
+private:
+    std::string secs(uint64_t t) const {
+        uint64_t rel = t >= start_ ? t - start_ : 0;
+        return fmt::format("{}.{:09}", rel / 1000000000, rel % 1000000000);
+    }
+    static void line(const std::string& s) {
+        std::fwrite(s.data(), 1, s.size(), stdout);
+        std::fputc('\n', stdout);
+    }
+    uint64_t start_ = 0;
+};
+
+int dump(const std::string& log) {
+    Dumper dumper;
+    ReadSummary summary = read_log(log, dumper);
+    std::fflush(stdout);
+    if (summary.truncated)
+        warn(log + ": the log ends inside a frame (the process was killed or is still running); read " +
+             std::to_string(summary.frames) + " complete frames");
+    return kExitOk;
+}
+
+}  // namespace
+
+void setup_dump(CLI::App& app, Action& action) {
+    auto log = std::make_shared<std::string>();
+    CLI::App* sub = app.add_subcommand("dump", "Print every record of a log, one per line");
+    sub->add_option("log", *log, "The .hslog file")->required();
+    sub->callback([log, &action] { action = [log] { return dump(*log); }; });
+}
+
+}  // namespace heapsnap::cli

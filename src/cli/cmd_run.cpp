@@ -1,0 +1,153 @@
+// `heapsnap run`: start a program with the recorder preloaded.
+//
+// The launcher only sets up the environment (LD_PRELOAD and HEAPSNAP_*, the
+// same variables a user can set by hand) and waits: recording happens in
+// the program. Every recorded process, including exec'd and forked
+// children, appends its log path to a private file the launcher made, so
+// the launcher can name all logs when the program ends. The launcher exits
+// with the program's status, or 128+signal if the program was killed.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <vector>
+
+#include "cli/commands.h"
+#include "util/error.h"
+
+namespace heapsnap::cli {
+namespace {
+
+struct RunOptions {
+    std::string output = "heapsnap.%e.%p.hslog";
+    double interval = 0;
+    std::string unwind = "auto";
+    unsigned depth = 64;
+    std::vector<std::string> command;
+};
+
+std::string self_dir() {
+    char buf[4096];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) return ".";
+    buf[n] = 0;
+    std::string path(buf);
+    return path.substr(0, path.rfind('/'));
+}
+
+// The build tree keeps the library next to the binary; an install keeps it
+// in <prefix>/lib[/<multiarch>]/heapsnap.
+std::string find_preload_library() {
+    if (const char* env = std::getenv("HEAPSNAP_PRELOAD_LIB"); env && *env) {
+        if (access(env, R_OK) == 0) return env;
+        throw Error(std::string("HEAPSNAP_PRELOAD_LIB=") + env + ": " + std::strerror(errno));
+    }
+    std::string dir = self_dir();
+    for (const char* rel : {"/libheapsnap_preload.so", "/../lib/heapsnap/libheapsnap_preload.so",
+                            "/../lib/x86_64-linux-gnu/heapsnap/libheapsnap_preload.so",
+                            "/../lib64/heapsnap/libheapsnap_preload.so"}) {
+        std::string candidate = dir + rel;
+        if (access(candidate.c_str(), R_OK) == 0) {
+            char resolved[4096];
+            return realpath(candidate.c_str(), resolved) ? std::string(resolved) : candidate;
+        }
+    }
+    throw Error("cannot find libheapsnap_preload.so next to " + dir + " or in ../lib/heapsnap (set HEAPSNAP_PRELOAD_LIB)");
+}
+
+std::string absolute(const std::string& path) {
+    if (!path.empty() && path[0] == '/') return path;
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd)) throw Error(std::string("cannot get the current directory: ") + std::strerror(errno));
+    return std::string(cwd) + "/" + path;
+}
+
+pid_t g_child = -1;
+
+void forward_signal(int sig) {
+    if (g_child > 0) kill(g_child, sig);
+}
+
+int run(const RunOptions& o) {
+    std::string lib = find_preload_library();
+    char dir_template[] = "/tmp/heapsnap-run.XXXXXX";
+    if (!mkdtemp(dir_template)) throw Error(std::string("cannot create a temporary directory: ") + std::strerror(errno));
+    std::string dir = dir_template;
+    std::string paths_file = dir + "/logs";
+    int fd = open(paths_file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) throw Error(paths_file + ": " + std::strerror(errno));
+    close(fd);
+
+    std::string preload = lib;
+    if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
+    setenv("LD_PRELOAD", preload.c_str(), 1);
+    setenv("HEAPSNAP_OUTPUT", absolute(o.output).c_str(), 1);
+    setenv("HEAPSNAP_PATHS_FILE", paths_file.c_str(), 1);
+    setenv("HEAPSNAP_DEPTH", std::to_string(o.depth).c_str(), 1);
+    setenv("HEAPSNAP_UNWIND", o.unwind.c_str(), 1);
+    if (o.interval > 0)
+        setenv("HEAPSNAP_INTERVAL", std::to_string(o.interval).c_str(), 1);
+    else
+        unsetenv("HEAPSNAP_INTERVAL");
+
+    std::vector<char*> argv;
+    for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+
+    std::cout.flush();
+    std::cerr.flush();
+    g_child = fork();
+    if (g_child < 0) throw Error(std::string("fork: ") + std::strerror(errno));
+    if (g_child == 0) {
+        execvp(argv[0], argv.data());
+        int err = errno;
+        std::string msg = "heapsnap: error: cannot run " + o.command[0] + ": " + std::strerror(err) + "\n";
+        ssize_t ignored = write(STDERR_FILENO, msg.data(), msg.size());
+        (void)ignored;
+        _exit(err == ENOENT ? 127 : 126);
+    }
+    // Like a shell waiting for a foreground job: the terminal's SIGINT and
+    // SIGQUIT reach the program directly; the launcher only reports.
+    signal(SIGINT, SIG_IGN);
+    signal(SIGQUIT, SIG_IGN);
+    signal(SIGTERM, forward_signal);
+    signal(SIGHUP, forward_signal);
+    int status = 0;
+    while (waitpid(g_child, &status, 0) < 0 && errno == EINTR) {
+    }
+    std::ifstream paths(paths_file);
+    for (std::string line; std::getline(paths, line);)
+        if (!line.empty()) std::cerr << "heapsnap: log: " << line << "\n";
+    unlink(paths_file.c_str());
+    rmdir(dir.c_str());
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return kExitError;
+}
+
+}  // namespace
+
+void setup_run(CLI::App& app, Action& action) {
+    auto o = std::make_shared<RunOptions>();
+    CLI::App* sub = app.add_subcommand("run", "Run PROGRAM with every allocation recorded into a log");
+    sub->add_option("-o,--output", o->output,
+                    "Log path pattern: %p = pid, %e = executable name, %% = %")
+        ->default_val(o->output);
+    sub->add_option("--interval", o->interval, "Write a marker every SECONDS")->check(CLI::Range(0.001, 86400.0));
+    sub->add_option("--unwind", o->unwind, "Stack unwinding: dwarf (libunwind) or auto (= dwarf)")
+        ->check(CLI::IsMember({"auto", "dwarf"}))
+        ->default_val(o->unwind);
+    sub->add_option("--depth", o->depth, "Frames kept per stack")->check(CLI::Range(1, 256))->default_val(o->depth);
+    sub->add_option("command", o->command, "PROGRAM [ARGS...], after --")->required();
+    sub->footer("Example:\n  heapsnap run -- ./server --port 8080\n  heapsnap run -o /tmp/app.%p.hslog --interval 5 -- ./app");
+    sub->callback([o, &action] { action = [o] { return run(*o); }; });
+}
+
+}  // namespace heapsnap::cli

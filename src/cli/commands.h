@@ -1,0 +1,34 @@
+// The subcommands of `heapsnap`. Each cmd_*.cpp registers its CLI11
+// subcommand and, when chosen, leaves the action to run in `action`; main()
+// runs it after parsing so that every error of every command goes through
+// one boundary (main.cpp) and becomes one line and an exit status.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+
+namespace heapsnap::cli {
+
+using Action = std::function<int()>;
+
+// Exit statuses (also in man/heapsnap.1).
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitThreshold = 3;
+
+void setup_run(CLI::App& app, Action& action);
+void setup_snapshot(CLI::App& app, Action& action);
+void setup_diff(CLI::App& app, Action& action);
+void setup_dump(CLI::App& app, Action& action);
+void setup_markers(CLI::App& app, Action& action);
+void setup_maps(CLI::App& app, Action& action);
+
+// Colour on stdout: a terminal, and NO_COLOR unset.
+bool stdout_wants_color();
+// Prints "heapsnap: warning: <text>" on stderr.
+void warn(const std::string& text);
+
+}  // namespace heapsnap::cli

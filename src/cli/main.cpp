@@ -1,0 +1,64 @@
+// heapsnap: the command-line boundary. Parses with CLI11, runs the chosen
+// subcommand, and turns every failure into one line on stderr and a
+// documented exit status: 1 runtime error, 2 usage error, 3 threshold
+// exceeded (diff --fail-above).
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "util/error.h"
+
+namespace heapsnap::cli {
+
+bool stdout_wants_color() {
+    const char* no_color = std::getenv("NO_COLOR");
+    return isatty(STDOUT_FILENO) && !(no_color && *no_color);
+}
+
+void warn(const std::string& text) { std::cerr << "heapsnap: warning: " << text << "\n"; }
+
+}  // namespace heapsnap::cli
+
+int main(int argc, char** argv) {
+    using namespace heapsnap::cli;
+    CLI::App app{"heapsnap: record heap allocations with their call stacks, snapshot the live heap, diff two moments.",
+                 "heapsnap"};
+    app.set_version_flag("--version", std::string("heapsnap ") + HEAPSNAP_VERSION);
+    app.require_subcommand(1);
+    app.footer("Run 'heapsnap <command> --help' for a command's options; man heapsnap for the whole story.");
+    Action action;
+    setup_run(app, action);
+    setup_snapshot(app, action);
+    setup_diff(app, action);
+    setup_markers(app, action);
+    setup_maps(app, action);
+    setup_dump(app, action);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        std::cerr << "heapsnap: error: " << e.what() << "\nRun 'heapsnap --help' for usage.\n";
+        return kExitUsage;
+    }
+    try {
+        return action ? action() : kExitUsage;
+    } catch (const heapsnap::Error& e) {
+        std::cout.flush();
+        std::cerr << "heapsnap: error: " << e.what() << "\n";
+        return kExitError;
+    } catch (const std::bad_alloc&) {
+        std::cerr << "heapsnap: error: out of memory\n";
+        return kExitError;
+    } catch (const std::exception& e) {
+        std::cerr << "heapsnap: error: " << e.what() << "\n";
+        return kExitError;
+    }
+}

@@ -1,0 +1,149 @@
+// Little-endian varint codec shared by the recorder (writer side) and the
+// CLI (reader side) of every heapsnap file format.
+//
+// Why varints: most fields of a log record are small (time deltas of a few
+// hundred nanoseconds, sizes below 4 KiB, stack ids below a million), so an
+// unsigned LEB128 encoding keeps a typical allocation record at 6-10 bytes
+// before zstd. Signed quantities (address deltas) are zigzag-encoded first.
+//
+// The encoder writes into a caller-owned byte span and never allocates, so
+// the recorder can use it from inside malloc. The decoder is bounds-checked:
+// it reports malformed input through `ok()` instead of reading past the end,
+// because every decoder here faces truncated or hostile files.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+namespace heapsnap::codec {
+
+// The longest encoding of a 64-bit varint.
+inline constexpr size_t kMaxVarint = 10;
+
+inline uint64_t zigzag(int64_t v) {
+    return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
+}
+inline int64_t unzigzag(uint64_t v) {
+    return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1);
+}
+
+// Appends to a fixed buffer. The caller reserves enough room up front
+// (records have a known worst-case size), so put_* does not check bounds;
+// `room()` lets the caller decide when to flush.
+class Writer {
+public:
+    Writer(uint8_t* begin, size_t capacity) : begin_(begin), pos_(begin), end_(begin + capacity) {}
+
+    void u8(uint8_t v) { *pos_++ = v; }
+    void varint(uint64_t v) {
+        while (v >= 0x80) {
+            *pos_++ = static_cast<uint8_t>(v) | 0x80;
+            v >>= 7;
+        }
+        *pos_++ = static_cast<uint8_t>(v);
+    }
+    void svarint(int64_t v) { varint(zigzag(v)); }
+    void u32le(uint32_t v) {
+        for (int i = 0; i < 4; ++i) *pos_++ = static_cast<uint8_t>(v >> (8 * i));
+    }
+    void u64le(uint64_t v) {
+        for (int i = 0; i < 8; ++i) *pos_++ = static_cast<uint8_t>(v >> (8 * i));
+    }
+    void bytes(const void* data, size_t n) {
+        varint(n);
+        std::memcpy(pos_, data, n);
+        pos_ += n;
+    }
+    void str(std::string_view s) { bytes(s.data(), s.size()); }
+    void raw(const void* data, size_t n) {
+        std::memcpy(pos_, data, n);
+        pos_ += n;
+    }
+
+    size_t size() const { return static_cast<size_t>(pos_ - begin_); }
+    size_t room() const { return static_cast<size_t>(end_ - pos_); }
+    uint8_t* data() const { return begin_; }
+    void reset() { pos_ = begin_; }
+
+private:
+    uint8_t* begin_;
+    uint8_t* pos_;
+    uint8_t* end_;
+};
+
+// Reads from a byte span. After the first malformed or truncated field every
+// getter returns 0 / empty and `ok()` stays false, so a decoder can read a
+// whole record and check once.
+class Reader {
+public:
+    Reader(const uint8_t* begin, size_t size) : pos_(begin), end_(begin + size) {}
+
+    bool ok() const { return ok_; }
+    bool at_end() const { return pos_ >= end_; }
+    size_t remaining() const { return static_cast<size_t>(end_ - pos_); }
+    const uint8_t* position() const { return pos_; }
+
+    uint8_t u8() {
+        if (pos_ >= end_) return fail();
+        return *pos_++;
+    }
+    uint64_t varint() {
+        uint64_t v = 0;
+        for (int shift = 0; shift < 64; shift += 7) {
+            if (pos_ >= end_) return fail();
+            uint8_t b = *pos_++;
+            v |= static_cast<uint64_t>(b & 0x7f) << shift;
+            if (!(b & 0x80)) return v;
+        }
+        return fail();
+    }
+    int64_t svarint() { return unzigzag(varint()); }
+    uint32_t u32le() {
+        if (remaining() < 4) return fail();
+        uint32_t v = 0;
+        for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(*pos_++) << (8 * i);
+        return v;
+    }
+    uint64_t u64le() {
+        if (remaining() < 8) return fail();
+        uint64_t v = 0;
+        for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(*pos_++) << (8 * i);
+        return v;
+    }
+    // A length-prefixed string; the view points into the buffer.
+    std::string_view str() {
+        uint64_t n = varint();
+        if (!ok_ || n > remaining()) {
+            fail();
+            return {};
+        }
+        std::string_view s(reinterpret_cast<const char*>(pos_), n);
+        pos_ += n;
+        return s;
+    }
+    // A count that announces how many items follow; each item needs at least
+    // `min_item_bytes`, so a count larger than the rest of the buffer could
+    // hold is corrupt and must not drive an allocation.
+    uint64_t count(size_t min_item_bytes) {
+        uint64_t n = varint();
+        if (ok_ && min_item_bytes && n > remaining() / min_item_bytes) fail();
+        return ok_ ? n : 0;
+    }
+
+    // Marks the input corrupt (a field decoded but its value is impossible).
+    void invalidate() { fail(); }
+
+private:
+    uint8_t fail() {
+        ok_ = false;
+        pos_ = end_;
+        return 0;
+    }
+    const uint8_t* pos_;
+    const uint8_t* end_;
+    bool ok_ = true;
+};
+
+}  // namespace heapsnap::codec

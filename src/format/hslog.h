@@ -1,0 +1,209 @@
+// The .hslog record vocabulary: tags, field order and the encoders the
+// recorder uses. The byte-level specification is formats/hslog.md; keep the
+// two in step (bump kLogVersion when a reader of the old version could not
+// read the new stream).
+//
+// Shape of the stream, and why:
+// - A 16-byte header (magic, version) and then independent zstd frames.
+//   Each frame holds whole records only, so a file cut anywhere (crash,
+//   SIGKILL, a reader racing the writer) reads back up to its last complete
+//   frame. Streaming compression with a dictionary carried across frames
+//   would compress better but would make one bad byte lose the rest.
+// - Events are written already merged into one time order (the writer
+//   merges the per-thread buffers), so a reader replays sequentially: no
+//   sort, no lookahead, memory bounded by the live set.
+// - The current thread and the current time are state of the stream: a
+//   THREAD record switches the thread, every event carries the time since
+//   the previous event. Addresses are zigzag deltas to the previous event's
+//   address. A typical malloc record is 6-9 bytes before zstd.
+// - Stacks are interned by the recorder; a STACK record defines an id once
+//   and always precedes the first event that uses it.
+//
+// This header is included by the recorder, so it uses no allocation and no
+// standard containers; only the encoders live here. Decoding is in
+// log_reader.h.
+#pragma once
+
+#include <cstdint>
+
+#include "format/codec.h"
+
+namespace heapsnap::hslog {
+
+inline constexpr char kMagic[8] = {'H', 'E', 'A', 'P', 'S', 'N', 'A', 'P'};
+inline constexpr uint32_t kLogVersion = 1;
+inline constexpr uint32_t kHeaderSize = 16;
+
+// Largest uncompressed payload of one zstd frame the writer produces; a
+// reader refuses frames announcing more than kMaxFramePayload (corrupt).
+inline constexpr uint32_t kFramePayload = 256 * 1024;
+inline constexpr uint32_t kMaxFramePayload = 64 * 1024 * 1024;
+
+enum class Tag : uint8_t {
+    Process = 0x01,
+    ModuleLoad = 0x02,
+    ModuleUnload = 0x03,
+    Stack = 0x04,
+    Thread = 0x05,  // following events belong to this thread index
+    ThreadStart = 0x06,
+    ThreadExit = 0x07,
+    Alloc = 0x10,
+    Free = 0x11,
+    Mmap = 0x12,
+    Munmap = 0x13,
+    Marker = 0x20,
+    End = 0x7f,
+};
+
+// Which interposed function produced an Alloc record.
+enum class AllocFn : uint8_t {
+    Malloc = 0,
+    Calloc = 1,
+    Realloc = 2,  // preceded by a Free of the old block when it moved or was non-null
+    Memalign = 3,
+    PosixMemalign = 4,
+    AlignedAlloc = 5,
+    Valloc = 6,
+    Pvalloc = 7,
+    Reallocarray = 8,
+};
+inline constexpr uint8_t kAllocFnCount = 9;
+
+inline const char* alloc_fn_name(AllocFn fn) {
+    static const char* const names[kAllocFnCount] = {
+        "malloc", "calloc", "realloc", "memalign", "posix_memalign", "aligned_alloc", "valloc", "pvalloc",
+        "reallocarray"};
+    auto i = static_cast<uint8_t>(fn);
+    return i < kAllocFnCount ? names[i] : "?";
+}
+
+// Why a marker was written.
+enum class MarkerCause : uint8_t {
+    User = 0,      // heapsnap_marker() from the program
+    Interval = 1,  // --interval
+    Request = 2,   // heapsnap snapshot PID
+    Exit = 3,      // normal process exit
+};
+
+enum class UnwindMode : uint8_t { Dwarf = 0, FramePointer = 1 };
+
+// Region permission bits of a MapRegion (from /proc/self/smaps).
+enum RegionPerm : uint8_t { kRead = 1, kWrite = 2, kExec = 4, kShared = 8 };
+
+// What the recorder knows about a region that /proc does not say.
+enum class RegionHint : uint8_t {
+    None = 0,
+    ThreadStack = 1,  // a thread stack, guard page included
+    MainStack = 2,
+    Recorder = 3,  // heapsnap's own buffers and tables
+    Heap = 4,      // holds live malloc blocks (set when a snapshot is built)
+};
+
+// End-of-log reasons.
+enum class EndReason : uint8_t { Exit = 0, Exec = 1, Shutdown = 2 };
+
+// Worst-case encoded sizes, so the writer can reserve before encoding.
+inline constexpr size_t kMaxEventRecord = 1 + 1 + 6 * codec::kMaxVarint;
+
+// ---- encoders (recorder side) -------------------------------------------
+
+inline void put_thread(codec::Writer& w, uint32_t thread_index) {
+    w.u8(static_cast<uint8_t>(Tag::Thread));
+    w.varint(thread_index);
+}
+
+inline void put_alloc(codec::Writer& w, AllocFn fn, uint64_t dt, int64_t addr_delta, uint64_t size,
+                      uint32_t stack) {
+    w.u8(static_cast<uint8_t>(Tag::Alloc));
+    w.u8(static_cast<uint8_t>(fn));
+    w.varint(dt);
+    w.svarint(addr_delta);
+    w.varint(size);
+    w.varint(stack);
+}
+
+inline void put_free(codec::Writer& w, uint64_t dt, int64_t addr_delta) {
+    w.u8(static_cast<uint8_t>(Tag::Free));
+    w.varint(dt);
+    w.svarint(addr_delta);
+}
+
+inline void put_mmap(codec::Writer& w, uint64_t dt, int64_t addr_delta, uint64_t length, uint32_t prot,
+                     uint32_t flags, uint32_t stack) {
+    w.u8(static_cast<uint8_t>(Tag::Mmap));
+    w.varint(dt);
+    w.svarint(addr_delta);
+    w.varint(length);
+    w.varint(prot);
+    w.varint(flags);
+    w.varint(stack);
+}
+
+inline void put_munmap(codec::Writer& w, uint64_t dt, int64_t addr_delta, uint64_t length) {
+    w.u8(static_cast<uint8_t>(Tag::Munmap));
+    w.varint(dt);
+    w.svarint(addr_delta);
+    w.varint(length);
+}
+
+inline void put_thread_start(codec::Writer& w, uint64_t dt, uint32_t thread_index, uint64_t os_tid,
+                             uint64_t stack_lo, uint64_t stack_hi) {
+    w.u8(static_cast<uint8_t>(Tag::ThreadStart));
+    w.varint(dt);
+    w.varint(thread_index);
+    w.varint(os_tid);
+    w.varint(stack_lo);
+    w.varint(stack_hi);
+}
+
+inline void put_thread_exit(codec::Writer& w, uint64_t dt, uint32_t thread_index) {
+    w.u8(static_cast<uint8_t>(Tag::ThreadExit));
+    w.varint(dt);
+    w.varint(thread_index);
+}
+
+inline void put_module_unload(codec::Writer& w, uint64_t dt, uint32_t module_id) {
+    w.u8(static_cast<uint8_t>(Tag::ModuleUnload));
+    w.varint(dt);
+    w.varint(module_id);
+}
+
+// Module 0 stands for "no module": the frame's vaddr is then the absolute
+// address (JIT code, or a mapping that dl_iterate_phdr does not list).
+inline constexpr uint32_t kNoModule = 0;
+
+inline void put_stack_header(codec::Writer& w, uint32_t stack, uint32_t nframes) {
+    w.u8(static_cast<uint8_t>(Tag::Stack));
+    w.varint(stack);
+    w.varint(nframes);
+}
+// One frame of a Stack record: module id and ELF virtual address within it
+// (runtime address minus the module's load bias), resolved by the recorder
+// when it interns the stack, so a reader never has to guess which module
+// was mapped at an address at which time.
+inline void put_stack_frame(codec::Writer& w, uint32_t module, uint64_t vaddr) {
+    w.varint(module);
+    w.varint(vaddr);
+}
+
+inline void put_module_load(codec::Writer& w, uint64_t dt, uint32_t module, uint64_t load_bias, uint64_t start,
+                            uint64_t end, const char* path, size_t path_len, const uint8_t* build_id,
+                            size_t build_id_len) {
+    w.u8(static_cast<uint8_t>(Tag::ModuleLoad));
+    w.varint(dt);
+    w.varint(module);
+    w.varint(load_bias);
+    w.varint(start);
+    w.varint(end);
+    w.bytes(path, path_len);
+    w.bytes(build_id, build_id_len);
+}
+
+inline void put_end(codec::Writer& w, uint64_t dt, EndReason reason, uint64_t events) {
+    w.u8(static_cast<uint8_t>(Tag::End));
+    w.varint(dt);
+    w.u8(static_cast<uint8_t>(reason));
+    w.varint(events);
+}
+
+}  // namespace heapsnap::hslog

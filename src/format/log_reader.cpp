@@ -1,0 +1,353 @@
+#include "format/log_reader.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "util/error.h"
+
+namespace heapsnap {
+namespace {
+
+// A read-only mapping of the whole file. A log that grows while it is read
+// (a live process) is read as far as it was when mapped.
+class MappedFile {
+public:
+    explicit MappedFile(const std::string& path) {
+        int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) throw Error(path + ": " + std::strerror(errno));
+        struct stat st;
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            close(fd);
+            throw Error(path + ": not a regular file");
+        }
+        size_ = static_cast<size_t>(st.st_size);
+        if (size_) {
+            void* p = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+            if (p == MAP_FAILED) {
+                int err = errno;
+                close(fd);
+                throw Error(path + ": " + std::strerror(err));
+            }
+            data_ = static_cast<const uint8_t*>(p);
+            madvise(p, size_, MADV_SEQUENTIAL);
+        }
+        close(fd);
+    }
+    ~MappedFile() {
+        if (data_) munmap(const_cast<uint8_t*>(data_), size_);
+    }
+    MappedFile(const MappedFile&) = delete;
+    MappedFile& operator=(const MappedFile&) = delete;
+
+    const uint8_t* data() const { return data_; }
+    size_t size() const { return size_; }
+
+private:
+    const uint8_t* data_ = nullptr;
+    size_t size_ = 0;
+};
+
+struct DctxFree {
+    void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
+};
+
+// Decodes the records of one frame, keeping the stream state (time,
+// address, thread) that spans frames.
+class RecordDecoder {
+public:
+    RecordDecoder(const std::string& path, LogVisitor& visitor, ReadSummary& summary)
+        : path_(path), visitor_(visitor), summary_(summary) {}
+
+    // Returns false when the visitor asked to stop.
+    bool decode(const uint8_t* data, size_t size, uint64_t frame_offset) {
+        codec::Reader r(data, size);
+        while (!r.at_end()) {
+            auto tag = static_cast<hslog::Tag>(r.u8());
+            record(tag, r);
+            if (!r.ok()) corrupt(frame_offset, "truncated or malformed record");
+            summary_.records++;
+            if (visitor_.stop_requested()) return false;
+        }
+        return true;
+    }
+
+    bool has_process() const { return has_process_; }
+
+private:
+    [[noreturn]] void corrupt(uint64_t offset, const std::string& what) {
+        throw Error(path_ + ": corrupt log: " + what + " in the frame at byte " + std::to_string(offset));
+    }
+
+    uint64_t advance(codec::Reader& r) {
+        now_ += r.varint();
+        return now_;
+    }
+    uint64_t address(codec::Reader& r) {
+        addr_ += static_cast<uint64_t>(r.svarint());
+        return addr_;
+    }
+
+    bool record(hslog::Tag tag, codec::Reader& r) {
+        using hslog::Tag;
+        if (!has_process_ && tag != Tag::Process) throw Error(path_ + ": corrupt log: no process record first");
+        switch (tag) {
+            case Tag::Process: return process(r);
+            case Tag::ModuleLoad: {
+                ModuleRecord m;
+                m.time_ns = r.varint();
+                m.id = static_cast<uint32_t>(r.varint());
+                m.load_bias = r.varint();
+                m.start = r.varint();
+                m.end = r.varint();
+                m.path = std::string(r.str());
+                m.build_id = std::string(r.str());
+                if (r.ok()) visitor_.on_module_load(m);
+                return true;
+            }
+            case Tag::ModuleUnload: {
+                uint64_t t = r.varint();
+                auto id = static_cast<uint32_t>(r.varint());
+                if (r.ok()) visitor_.on_module_unload(id, t);
+                return true;
+            }
+            case Tag::Stack: {
+                auto id = static_cast<uint32_t>(r.varint());
+                uint64_t n = r.count(2);
+                frames_.resize(n);
+                for (auto& f : frames_) {
+                    f.module = static_cast<uint32_t>(r.varint());
+                    f.vaddr = r.varint();
+                }
+                if (r.ok()) visitor_.on_stack(id, frames_);
+                return true;
+            }
+            case Tag::Thread:
+                thread_ = static_cast<uint32_t>(r.varint());
+                return true;
+            case Tag::ThreadStart: {
+                ThreadStartRecord t;
+                t.time_ns = advance(r);
+                t.thread = static_cast<uint32_t>(r.varint());
+                t.os_tid = r.varint();
+                t.stack_lo = r.varint();
+                t.stack_hi = r.varint();
+                if (r.ok()) visitor_.on_thread_start(t);
+                return true;
+            }
+            case Tag::ThreadExit: {
+                uint64_t t = advance(r);
+                auto thread = static_cast<uint32_t>(r.varint());
+                if (r.ok()) visitor_.on_thread_exit(thread, t);
+                return true;
+            }
+            case Tag::Alloc: {
+                AllocEvent e;
+                e.fn = static_cast<hslog::AllocFn>(r.u8());
+                e.time_ns = advance(r);
+                e.address = address(r);
+                e.size = r.varint();
+                e.stack = static_cast<uint32_t>(r.varint());
+                e.thread = thread_;
+                summary_.events++;
+                if (r.ok()) visitor_.on_alloc(e);
+                return true;
+            }
+            case Tag::Free: {
+                FreeEvent e;
+                e.time_ns = advance(r);
+                e.address = address(r);
+                e.thread = thread_;
+                summary_.events++;
+                if (r.ok()) visitor_.on_free(e);
+                return true;
+            }
+            case Tag::Mmap: {
+                MmapEvent e;
+                e.time_ns = advance(r);
+                e.address = address(r);
+                e.length = r.varint();
+                e.prot = static_cast<uint32_t>(r.varint());
+                e.flags = static_cast<uint32_t>(r.varint());
+                e.stack = static_cast<uint32_t>(r.varint());
+                e.thread = thread_;
+                summary_.events++;
+                if (r.ok()) visitor_.on_mmap(e);
+                return true;
+            }
+            case Tag::Munmap: {
+                MunmapEvent e;
+                e.time_ns = advance(r);
+                e.address = address(r);
+                e.length = r.varint();
+                e.thread = thread_;
+                summary_.events++;
+                if (r.ok()) visitor_.on_munmap(e);
+                return true;
+            }
+            case Tag::Marker: return marker(r);
+            case Tag::End: {
+                EndRecord e;
+                e.time_ns = advance(r);
+                e.reason = static_cast<hslog::EndReason>(r.u8());
+                e.events = r.varint();
+                if (r.ok()) {
+                    summary_.complete = true;
+                    visitor_.on_end(e);
+                }
+                return true;
+            }
+        }
+        throw Error(path_ + ": corrupt log: unknown record tag " + std::to_string(static_cast<int>(tag)));
+    }
+
+    bool process(codec::Reader& r) {
+        ProcessInfo p;
+        p.recorder_version = std::string(r.str());
+        p.pid = r.varint();
+        p.ppid = r.varint();
+        p.uid = r.varint();
+        p.start_realtime_ns = r.varint();
+        p.start_ns = r.varint();
+        p.page_size = r.varint();
+        p.unwind = static_cast<hslog::UnwindMode>(r.u8());
+        p.max_depth = static_cast<uint32_t>(r.varint());
+        p.exe = std::string(r.str());
+        std::string_view cmdline = r.str();
+        while (!cmdline.empty()) {
+            size_t nul = cmdline.find('\0');
+            p.argv.emplace_back(cmdline.substr(0, nul));
+            if (nul == std::string_view::npos) break;
+            cmdline.remove_prefix(nul + 1);
+        }
+        if (!r.ok()) return true;
+        now_ = p.start_ns;
+        has_process_ = true;
+        visitor_.on_process(p);
+        return true;
+    }
+
+    bool marker(codec::Reader& r) {
+        MarkerRecord m;
+        m.time_ns = advance(r);
+        m.thread = static_cast<uint32_t>(r.varint());
+        m.events = r.varint();
+        m.index = static_cast<uint32_t>(r.varint());
+        m.cause = static_cast<hslog::MarkerCause>(r.u8());
+        m.label = std::string(r.str());
+        m.rss_kb = r.varint();
+        m.threads = static_cast<uint32_t>(r.varint());
+        m.recorder_bytes = r.varint();
+        m.malloc.arena = r.varint();
+        m.malloc.ordblks = r.varint();
+        m.malloc.hblks = r.varint();
+        m.malloc.hblkhd = r.varint();
+        m.malloc.uordblks = r.varint();
+        m.malloc.fordblks = r.varint();
+        m.malloc.keepcost = r.varint();
+        uint32_t regions = r.u32le();
+        if (regions > r.remaining() / 11) {  // more than the frame could hold
+            r.invalidate();
+            regions = 0;
+        }
+        m.regions.reserve(regions);
+        uint64_t prev_end = 0;
+        for (uint32_t i = 0; i < regions && r.ok(); ++i) {
+            MapRegion g;
+            g.start = prev_end + static_cast<uint64_t>(r.svarint());
+            g.end = g.start + r.varint();
+            g.perms = r.u8();
+            g.hint = static_cast<hslog::RegionHint>(r.u8());
+            g.offset = r.varint();
+            g.inode = r.varint();
+            g.path = std::string(r.str());
+            g.rss_kb = r.varint();
+            g.pss_kb = r.varint();
+            g.private_dirty_kb = r.varint();
+            g.swap_kb = r.varint();
+            prev_end = g.end;
+            m.regions.push_back(std::move(g));
+        }
+        if (r.ok()) visitor_.on_marker(m);
+        return true;
+    }
+
+    const std::string& path_;
+    LogVisitor& visitor_;
+    ReadSummary& summary_;
+    bool has_process_ = false;
+    uint64_t now_ = 0;
+    uint64_t addr_ = 0;
+    uint32_t thread_ = 0;
+    std::vector<StackFrame> frames_;
+};
+
+}  // namespace
+
+ReadSummary read_log(const std::string& path, LogVisitor& visitor) {
+    MappedFile file(path);
+    ReadSummary summary;
+    summary.file_bytes = file.size();
+    const uint8_t* data = file.data();
+    if (file.size() < hslog::kHeaderSize || std::memcmp(data, hslog::kMagic, sizeof hslog::kMagic) != 0) {
+        if (file.size() < hslog::kHeaderSize && file.size() > 0 &&
+            std::memcmp(data, hslog::kMagic, std::min(file.size(), sizeof hslog::kMagic)) == 0)
+            throw Error(path + ": truncated heapsnap log: the header is incomplete");
+        throw Error(path + ": not a heapsnap log (bad magic)");
+    }
+    codec::Reader header(data + sizeof hslog::kMagic, hslog::kHeaderSize - sizeof hslog::kMagic);
+    uint32_t version = header.u32le();
+    if (version != hslog::kLogVersion)
+        throw Error(path + ": unsupported log format version " + std::to_string(version) + " (this heapsnap reads version " +
+                    std::to_string(hslog::kLogVersion) + ")");
+
+    std::unique_ptr<ZSTD_DCtx, DctxFree> dctx(ZSTD_createDCtx());
+    std::vector<uint8_t> payload;
+    RecordDecoder decoder(path, visitor, summary);
+    size_t offset = hslog::kHeaderSize;
+    summary.bytes_read = offset;
+    while (offset < file.size()) {
+        const uint8_t* frame = data + offset;
+        size_t left = file.size() - offset;
+        size_t frame_size = ZSTD_findFrameCompressedSize(frame, left);
+        if (ZSTD_isError(frame_size)) {
+            // Either the writer was cut off inside this frame, or garbage.
+            // A frame header that announces a sane frame but lacks bytes is
+            // a truncation; anything else is corruption.
+            unsigned long long announced = ZSTD_getFrameContentSize(frame, left);
+            if (announced == ZSTD_CONTENTSIZE_ERROR)
+                throw Error(path + ": corrupt log: bad frame at byte " + std::to_string(offset));
+            summary.truncated = true;
+            break;
+        }
+        unsigned long long content = ZSTD_getFrameContentSize(frame, frame_size);
+        if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN ||
+            content > hslog::kMaxFramePayload)
+            throw Error(path + ": corrupt log: bad frame header at byte " + std::to_string(offset));
+        payload.resize(content);
+        size_t got = ZSTD_decompressDCtx(dctx.get(), payload.data(), payload.size(), frame, frame_size);
+        if (ZSTD_isError(got) || got != content)
+            throw Error(path + ": corrupt log: frame at byte " + std::to_string(offset) + " does not decompress (" +
+                        ZSTD_getErrorName(got) + ")");
+        summary.frames++;
+        bool keep_going = decoder.decode(payload.data(), payload.size(), offset);
+        offset += frame_size;
+        summary.bytes_read = offset;
+        if (!keep_going) {
+            summary.stopped = true;
+            break;
+        }
+    }
+    if (!decoder.has_process())
+        throw Error(path + (summary.truncated ? ": truncated heapsnap log: no complete frame"
+                                              : ": corrupt log: no process record"));
+    return summary;
+}
+
+}  // namespace heapsnap

@@ -1,0 +1,183 @@
+// Decoding of .hslog files (spec: formats/hslog.md).
+//
+// The reader maps the file, checks the header, then walks the independent
+// zstd frames one after another, decoding each frame's records and handing
+// them to a LogVisitor. It keeps only the current frame in memory.
+//
+// A file that ends inside a frame (crash, SIGKILL, or a reader racing the
+// writer) is read up to the last complete frame and reported through
+// `truncated()`: that is the normal state of a log whose process died, not
+// an error. A frame that is complete but does not decode is corruption and
+// throws heapsnap::Error naming the byte offset.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "format/hslog.h"
+
+namespace heapsnap {
+
+struct ProcessInfo {
+    std::string recorder_version;
+    uint64_t pid = 0;
+    uint64_t ppid = 0;
+    uint64_t uid = 0;
+    uint64_t start_realtime_ns = 0;  // wall clock at recorder start
+    uint64_t start_ns = 0;           // CLOCK_MONOTONIC at recorder start; event times count from here
+    uint64_t page_size = 0;
+    hslog::UnwindMode unwind = hslog::UnwindMode::Dwarf;
+    uint32_t max_depth = 0;
+    std::string exe;
+    std::vector<std::string> argv;
+};
+
+struct ModuleRecord {
+    uint32_t id = 0;
+    uint64_t time_ns = 0;
+    uint64_t load_bias = 0;  // address = load_bias + ELF virtual address
+    uint64_t start = 0;      // lowest and highest mapped address of its PT_LOAD segments
+    uint64_t end = 0;
+    std::string path;
+    std::string build_id;  // raw bytes, empty if the ELF has none
+};
+
+struct StackFrame {
+    uint32_t module = 0;  // hslog::kNoModule when the address is in no known module
+    uint64_t vaddr = 0;   // return address as an ELF virtual address of the module
+
+    bool operator==(const StackFrame&) const = default;
+};
+
+struct ThreadStartRecord {
+    uint64_t time_ns = 0;
+    uint32_t thread = 0;  // index, dense, 0 is the main thread
+    uint64_t os_tid = 0;
+    uint64_t stack_lo = 0;
+    uint64_t stack_hi = 0;
+};
+
+struct AllocEvent {
+    uint64_t time_ns = 0;
+    uint32_t thread = 0;
+    hslog::AllocFn fn = hslog::AllocFn::Malloc;
+    uint64_t address = 0;
+    uint64_t size = 0;
+    uint32_t stack = 0;
+};
+
+struct FreeEvent {
+    uint64_t time_ns = 0;
+    uint32_t thread = 0;
+    uint64_t address = 0;
+};
+
+struct MmapEvent {
+    uint64_t time_ns = 0;
+    uint32_t thread = 0;
+    uint64_t address = 0;
+    uint64_t length = 0;
+    uint32_t prot = 0;
+    uint32_t flags = 0;
+    uint32_t stack = 0;
+};
+
+struct MunmapEvent {
+    uint64_t time_ns = 0;
+    uint32_t thread = 0;
+    uint64_t address = 0;
+    uint64_t length = 0;
+};
+
+// One line of /proc/self/smaps as the recorder captured it at a marker.
+struct MapRegion {
+    uint64_t start = 0;
+    uint64_t end = 0;
+    uint8_t perms = 0;  // hslog::RegionPerm bits
+    hslog::RegionHint hint = hslog::RegionHint::None;
+    uint64_t offset = 0;
+    uint64_t inode = 0;
+    std::string path;  // empty for anonymous memory; "[heap]", "[stack]", "[vdso]"... as the kernel names them
+    uint64_t rss_kb = 0;
+    uint64_t pss_kb = 0;
+    uint64_t private_dirty_kb = 0;
+    uint64_t swap_kb = 0;
+};
+
+// mallinfo2() at the marker.
+struct MallocStats {
+    uint64_t arena = 0;     // non-mmapped bytes obtained from the system
+    uint64_t ordblks = 0;   // free chunks
+    uint64_t hblks = 0;     // mmapped chunks
+    uint64_t hblkhd = 0;    // bytes in mmapped chunks
+    uint64_t uordblks = 0;  // bytes in use (non-mmapped)
+    uint64_t fordblks = 0;  // free bytes (non-mmapped)
+    uint64_t keepcost = 0;  // releasable top bytes
+};
+
+struct MarkerRecord {
+    uint64_t time_ns = 0;
+    uint32_t thread = 0;
+    uint32_t index = 0;  // 1-based, in order of writing
+    hslog::MarkerCause cause = hslog::MarkerCause::User;
+    std::string label;
+    uint64_t events = 0;  // alloc/free/mmap/munmap events recorded before it
+    uint64_t rss_kb = 0;
+    uint32_t threads = 0;
+    uint64_t recorder_bytes = 0;  // memory the recorder itself holds
+    MallocStats malloc;
+    std::vector<MapRegion> regions;
+};
+
+struct EndRecord {
+    uint64_t time_ns = 0;
+    hslog::EndReason reason = hslog::EndReason::Exit;
+    uint64_t events = 0;
+};
+
+// Receives decoded records in stream order. Defaults ignore the record.
+class LogVisitor {
+public:
+    virtual ~LogVisitor() = default;
+    virtual void on_process(const ProcessInfo&) {}
+    virtual void on_module_load(const ModuleRecord&) {}
+    virtual void on_module_unload(uint32_t /*module*/, uint64_t /*time_ns*/) {}
+    virtual void on_stack(uint32_t /*stack*/, std::span<const StackFrame> /*frames*/) {}
+    virtual void on_thread_start(const ThreadStartRecord&) {}
+    virtual void on_thread_exit(uint32_t /*thread*/, uint64_t /*time_ns*/) {}
+    virtual void on_alloc(const AllocEvent&) {}
+    virtual void on_free(const FreeEvent&) {}
+    virtual void on_mmap(const MmapEvent&) {}
+    virtual void on_munmap(const MunmapEvent&) {}
+    virtual void on_marker(const MarkerRecord&) {}
+    virtual void on_end(const EndRecord&) {}
+
+    // A visitor may end the read after any record (e.g. at the moment a
+    // snapshot is wanted); the reader checks this after every record.
+    void request_stop() { stop_ = true; }
+    bool stop_requested() const { return stop_; }
+
+private:
+    bool stop_ = false;
+};
+
+struct ReadSummary {
+    uint64_t frames = 0;
+    uint64_t records = 0;
+    uint64_t events = 0;
+    uint64_t file_bytes = 0;
+    uint64_t bytes_read = 0;  // offset of the end of the last complete frame
+    bool truncated = false;   // the file ended inside a frame
+    bool complete = false;    // an End record was read
+    bool stopped = false;     // the visitor stopped the read
+};
+
+// Reads `path` from the start and feeds `visitor`. Throws heapsnap::Error for
+// a file that is not a heapsnap log, has an unsupported version, or holds a
+// corrupt frame.
+ReadSummary read_log(const std::string& path, LogVisitor& visitor);
+
+}  // namespace heapsnap

@@ -1,0 +1,81 @@
+// The .hsnap file: the live heap of one process at one moment, complete
+// enough that `diff` and `report` never need the log (spec:
+// formats/hsnap.md).
+//
+// Size grows with the number of live call sites, not with history: one
+// entry per (stack, kind) with its live bytes and blocks, the stacks those
+// entries use, every module ever loaded (a dlclose'd plugin's leaks still
+// symbolize), the live threads, and the marker's data (RSS, mallinfo2,
+// smaps regions). Stacks stay unsymbolized (module id + vaddr): symbols are
+// resolved by whoever reads, against the binaries and debug files present
+// then.
+//
+// Layout: a 16-byte header (magic "HSNAPSHT", u32le version, u32le 0) and
+// one zstd frame holding the body, written to a temporary file in the
+// target directory and renamed over the target, so a reader never sees half
+// a snapshot and an existing symlink is replaced, not followed.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "format/log_reader.h"
+
+namespace heapsnap {
+
+inline constexpr uint32_t kSnapshotVersion = 1;
+
+enum class EntryKind : uint8_t { Heap = 0, Mmap = 1 };
+
+struct SnapshotEntry {
+    uint32_t stack = 0;
+    EntryKind kind = EntryKind::Heap;
+    uint64_t bytes = 0;   // requested bytes (heap) or mapped length (mmap)
+    uint64_t blocks = 0;  // live blocks or regions
+    uint64_t oldest_ns = 0;  // allocation time of the oldest / newest live block, since process start
+    uint64_t newest_ns = 0;
+};
+
+struct SnapshotModule {
+    ModuleRecord record;
+    bool loaded = true;  // false: dlclose'd before the snapshot moment
+};
+
+struct SnapshotTotals {
+    uint64_t live_bytes = 0;
+    uint64_t live_blocks = 0;
+    uint64_t mmap_bytes = 0;
+    uint64_t mmap_regions = 0;
+    uint64_t events = 0;
+    uint64_t allocations = 0;      // allocation events up to the moment
+    uint64_t untracked_frees = 0;  // frees of blocks the log never saw allocated
+    uint64_t peak_bytes = 0;       // highest live heap bytes up to the moment
+    uint64_t peak_time_ns = 0;
+};
+
+struct Snapshot {
+    ProcessInfo process;
+    MarkerRecord marker;       // the moment; for peak/time moments, synthesised (no regions)
+    bool has_marker_data = false;  // marker carries RSS, mallinfo and regions
+    std::string source;        // the log it came from, as given
+    SnapshotTotals totals;
+    std::vector<SnapshotModule> modules;
+    std::vector<ThreadStartRecord> threads;  // live at the moment
+    std::map<uint32_t, std::vector<StackFrame>> stacks;
+    std::vector<SnapshotEntry> entries;  // sorted by (stack, kind)
+
+    double time_s() const { return static_cast<double>(marker.time_ns - process.start_ns) / 1e9; }
+};
+
+// Throws heapsnap::Error on any I/O problem.
+void write_snapshot(const std::string& path, const Snapshot& snapshot);
+// Throws heapsnap::Error for files that are not snapshots, other versions,
+// and truncated or corrupt content.
+Snapshot read_snapshot(const std::string& path);
+
+// True if the file starts with the snapshot magic.
+bool looks_like_snapshot(const std::string& path);
+
+}  // namespace heapsnap

@@ -1,0 +1,26 @@
+// The control channel through which `heapsnap snapshot PID` asks a running
+// recorded process for a marker.
+//
+// A Unix stream socket in the abstract namespace named "heapsnap.<pid>"
+// (formats/control.md): no file to clean up or to race on in /tmp, no signal
+// number taken from the program. The writer thread accepts connections; a
+// peer whose SO_PEERCRED uid differs from the process's real uid gets
+// "error permission denied" and nothing else happens. A request only names
+// a marker label: it cannot make the process write anywhere else.
+#pragma once
+
+#include <cstdint>
+
+namespace heapsnap::recorder {
+
+void control_open();
+void control_close();
+void control_forget_after_fork();
+// The listening socket, or -1.
+int control_fd();
+// Accepts and reads pending requests; takes their markers.
+void control_poll();
+// Answers requests whose marker is now on disk.
+void control_reply_durable(uint32_t durable_marker);
+
+}  // namespace heapsnap::recorder

@@ -1,0 +1,440 @@
+// The interposed functions. Each hook calls the real function (found with
+// dlsym(RTLD_NEXT), so another interposed allocator keeps working) and
+// records around it:
+//   - a release (free, munmap, the old block of realloc) is recorded
+//     *before* the real call, an acquisition *after* it returns — the
+//     ordering rule that makes cross-thread address reuse replay exactly
+//     (thread_buffer.h);
+//   - nothing is recorded while thread_state().internal is set: the
+//     recorder's own allocations (libunwind caches, pthread internals) are
+//     not the program's.
+//
+// dlopen/dlclose are observed, not interposed: glibc resolves $ORIGIN and
+// RUNPATH from dlopen's caller, and a wrapper would make the caller this
+// library. Module changes are picked up from dl_iterate_phdr's load/unload
+// counters when a new stack is interned (modules.h).
+//
+// While dlsym itself allocates during the lookup of the real functions,
+// allocations are served from a static bootstrap arena that is never freed.
+// Both mmap and mmap64 are defined below; with _FILE_OFFSET_BITS=64 (meson's
+// default) <sys/mman.h> would rename mmap to mmap64. On LP64 they are the
+// same function.
+#undef _FILE_OFFSET_BITS
+#include <dlfcn.h>
+#include <errno.h>
+#include <libunwind.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include "format/hslog.h"
+#include "recorder/lifecycle.h"
+#include "recorder/modules.h"
+#include "recorder/stack_table.h"
+#include "recorder/thread_buffer.h"
+
+#define HEAPSNAP_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace heapsnap::recorder {
+namespace {
+
+using AllocFn = hslog::AllocFn;
+
+// ---- real functions -------------------------------------------------------
+
+struct Real {
+    void* (*malloc)(size_t);
+    void (*free)(void*);
+    void* (*calloc)(size_t, size_t);
+    void* (*realloc)(void*, size_t);
+    void* (*reallocarray)(void*, size_t, size_t);
+    void* (*memalign)(size_t, size_t);
+    int (*posix_memalign)(void**, size_t, size_t);
+    void* (*aligned_alloc)(size_t, size_t);
+    void* (*valloc)(size_t);
+    void* (*pvalloc)(size_t);
+    void* (*mmap)(void*, size_t, int, int, int, off_t);
+    int (*munmap)(void*, size_t);
+    void* (*mremap)(void*, size_t, size_t, int, void*);
+    int (*pthread_create)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+    int (*execve)(const char*, char* const[], char* const[]);
+    int (*execv)(const char*, char* const[]);
+    int (*execvp)(const char*, char* const[]);
+    int (*execvpe)(const char*, char* const[], char* const[]);
+};
+
+Real real;
+std::atomic<bool> g_resolved{false};
+std::atomic<bool> g_resolving{false};
+
+alignas(64) char g_bootstrap[256 * 1024];
+std::atomic<size_t> g_bootstrap_used{0};
+
+void* bootstrap_alloc(size_t size, size_t align = 16) {
+    size_t used = g_bootstrap_used.load();
+    for (;;) {
+        size_t start = (used + align - 1) & ~(align - 1);
+        if (start + size > sizeof g_bootstrap) return nullptr;
+        if (g_bootstrap_used.compare_exchange_weak(used, start + size)) return g_bootstrap + start;
+    }
+}
+
+bool is_bootstrap(const void* p) {
+    auto* c = static_cast<const char*>(p);
+    return c >= g_bootstrap && c < g_bootstrap + sizeof g_bootstrap;
+}
+
+template <class F>
+void lookup(F& fn, const char* name) {
+    fn = reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
+}
+
+void resolve() {
+    if (g_resolved.load(std::memory_order_acquire)) return;
+    if (g_resolving.exchange(true)) return;  // dlsym is allocating: use the arena
+    lookup(real.malloc, "malloc");
+    lookup(real.free, "free");
+    lookup(real.calloc, "calloc");
+    lookup(real.realloc, "realloc");
+    lookup(real.reallocarray, "reallocarray");
+    lookup(real.memalign, "memalign");
+    lookup(real.posix_memalign, "posix_memalign");
+    lookup(real.aligned_alloc, "aligned_alloc");
+    lookup(real.valloc, "valloc");
+    lookup(real.pvalloc, "pvalloc");
+    lookup(real.mmap, "mmap");
+    lookup(real.munmap, "munmap");
+    lookup(real.mremap, "mremap");
+    lookup(real.pthread_create, "pthread_create");
+    lookup(real.execve, "execve");
+    lookup(real.execv, "execv");
+    lookup(real.execvp, "execvp");
+    lookup(real.execvpe, "execvpe");
+    g_resolved.store(true, std::memory_order_release);
+}
+
+bool ready() {
+    if (__builtin_expect(!g_resolved.load(std::memory_order_acquire), 0)) resolve();
+    return g_resolved.load(std::memory_order_relaxed);
+}
+
+// ---- recording ------------------------------------------------------------
+
+bool should_record() { return thread_state().internal == 0 && recorder_active(); }
+
+uint32_t capture_stack() {
+    void* ips[kMaxDepth + 8];
+    int n = unw_backtrace(ips, static_cast<int>(config().depth) + 8);
+    int skip = 0;
+    while (skip < n && is_recorder_address(reinterpret_cast<uint64_t>(ips[skip]))) ++skip;
+    int kept = n - skip;
+    if (kept > static_cast<int>(config().depth)) kept = static_cast<int>(config().depth);
+    if (kept < 0) kept = 0;
+    return intern_stack(reinterpret_cast<const uint64_t*>(ips + skip), static_cast<uint32_t>(kept));
+}
+
+uint32_t stack_now() {
+    ThreadState& t = thread_state();
+    t.internal++;
+    uint32_t stack = capture_stack();
+    t.internal--;
+    return stack;
+}
+
+void record_alloc(AllocFn fn, const void* p, size_t size) {
+    Slot slot{};
+    slot.kind = SlotKind::Alloc;
+    slot.fn = static_cast<uint8_t>(fn);
+    slot.addr = reinterpret_cast<uint64_t>(p);
+    slot.size = size;
+    slot.stack = stack_now();
+    emit(slot);
+}
+
+void record_free(const void* p) {
+    Slot slot{};
+    slot.kind = SlotKind::Free;
+    slot.addr = reinterpret_cast<uint64_t>(p);
+    emit(slot);
+}
+
+void record_mmap(const void* p, size_t length, int prot, int flags) {
+    Slot slot{};
+    slot.kind = SlotKind::Mmap;
+    slot.addr = reinterpret_cast<uint64_t>(p);
+    slot.size = length;
+    slot.fn = static_cast<uint8_t>(prot);
+    slot.aux = static_cast<uint32_t>(flags);
+    slot.stack = stack_now();
+    emit(slot);
+}
+
+void record_munmap(const void* p, size_t length) {
+    Slot slot{};
+    slot.kind = SlotKind::Munmap;
+    slot.addr = reinterpret_cast<uint64_t>(p);
+    slot.size = length;
+    emit(slot);
+}
+
+// ---- threads --------------------------------------------------------------
+
+struct StartArgs {
+    void* (*routine)(void*);
+    void* arg;
+};
+
+void record_thread_start() {
+    ThreadState& t = thread_state();
+    Slot slot{};
+    slot.kind = SlotKind::ThreadStart;
+    slot.aux = static_cast<uint32_t>(gettid());
+    pthread_attr_t attr;
+    t.internal++;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        void* base = nullptr;
+        size_t size = 0;
+        size_t guard = 0;
+        pthread_attr_getstack(&attr, &base, &size);
+        pthread_attr_getguardsize(&attr, &guard);
+        pthread_attr_destroy(&attr);
+        slot.addr = reinterpret_cast<uint64_t>(base) - guard;
+        slot.size = size + guard;
+    }
+    t.internal--;
+    emit(slot);
+}
+
+void* thread_trampoline(void* p) {
+    StartArgs args = *static_cast<StartArgs*>(p);
+    thread_state().internal++;
+    real.free(p);
+    thread_state().internal--;
+    if (recorder_active()) record_thread_start();
+    return args.routine(args.arg);
+}
+
+}  // namespace
+}  // namespace heapsnap::recorder
+
+using namespace heapsnap::recorder;
+
+// ---- the malloc family ------------------------------------------------------
+
+HEAPSNAP_EXPORT void* malloc(size_t size) {
+    if (!ready()) return bootstrap_alloc(size);
+    void* p = real.malloc(size);
+    if (p && should_record()) record_alloc(AllocFn::Malloc, p, size);
+    return p;
+}
+
+HEAPSNAP_EXPORT void free(void* p) {
+    if (!p || is_bootstrap(p)) return;
+    if (!ready()) return;
+    if (should_record()) record_free(p);
+    real.free(p);
+}
+
+HEAPSNAP_EXPORT void* calloc(size_t n, size_t size) {
+    if (!ready()) {
+        size_t total;
+        if (__builtin_mul_overflow(n, size, &total)) return nullptr;
+        return bootstrap_alloc(total);  // static storage: already zero
+    }
+    void* p = real.calloc(n, size);
+    if (p && should_record()) record_alloc(AllocFn::Calloc, p, n * size);
+    return p;
+}
+
+namespace {
+
+// realloc and reallocarray share this: the old block is released (recorded
+// first), the new one acquired. realloc(p, 0) frees p and returns NULL.
+void* reallocate(AllocFn fn, void* old, size_t size, void* (*call)(void*, size_t, size_t), size_t n,
+                 size_t elem) {
+    if (is_bootstrap(old)) {
+        void* fresh = malloc(size);
+        if (fresh) {
+            size_t room = static_cast<size_t>(g_bootstrap + sizeof g_bootstrap - static_cast<char*>(old));
+            memcpy(fresh, old, size < room ? size : room);
+        }
+        return fresh;
+    }
+    bool record = should_record();
+    if (record && old) record_free(old);
+    void* p = call(old, n, elem);
+    if (record) {
+        if (p) {
+            record_alloc(fn, p, size);
+        } else if (size && old) {
+            // Failed: the old block is still live; record it again.
+            record_alloc(fn, old, malloc_usable_size(old));
+        }
+    }
+    return p;
+}
+
+void* call_realloc(void* old, size_t size, size_t) { return real.realloc(old, size); }
+void* call_reallocarray(void* old, size_t n, size_t elem) { return real.reallocarray(old, n, elem); }
+
+}  // namespace
+
+HEAPSNAP_EXPORT void* realloc(void* old, size_t size) {
+    if (!ready()) {
+        void* fresh = bootstrap_alloc(size);
+        if (fresh && old) memmove(fresh, old, size);
+        return fresh;
+    }
+    return reallocate(AllocFn::Realloc, old, size, call_realloc, size, 0);
+}
+
+HEAPSNAP_EXPORT void* reallocarray(void* old, size_t n, size_t elem) {
+    size_t total;
+    if (__builtin_mul_overflow(n, elem, &total)) {
+        errno = ENOMEM;
+        return nullptr;
+    }
+    if (!ready()) return realloc(old, total);
+    return reallocate(AllocFn::Reallocarray, old, total, call_reallocarray, n, elem);
+}
+
+HEAPSNAP_EXPORT void* memalign(size_t align, size_t size) {
+    if (!ready()) return bootstrap_alloc(size, align < 16 ? 16 : align);
+    void* p = real.memalign(align, size);
+    if (p && should_record()) record_alloc(AllocFn::Memalign, p, size);
+    return p;
+}
+
+HEAPSNAP_EXPORT int posix_memalign(void** out, size_t align, size_t size) {
+    if (!ready()) {
+        *out = bootstrap_alloc(size, align < 16 ? 16 : align);
+        return *out ? 0 : ENOMEM;
+    }
+    int r = real.posix_memalign(out, align, size);
+    if (r == 0 && should_record()) record_alloc(AllocFn::PosixMemalign, *out, size);
+    return r;
+}
+
+HEAPSNAP_EXPORT void* aligned_alloc(size_t align, size_t size) {
+    if (!ready()) return bootstrap_alloc(size, align < 16 ? 16 : align);
+    void* p = real.aligned_alloc(align, size);
+    if (p && should_record()) record_alloc(AllocFn::AlignedAlloc, p, size);
+    return p;
+}
+
+HEAPSNAP_EXPORT void* valloc(size_t size) {
+    if (!ready()) return bootstrap_alloc(size, 4096);
+    void* p = real.valloc(size);
+    if (p && should_record()) record_alloc(AllocFn::Valloc, p, size);
+    return p;
+}
+
+HEAPSNAP_EXPORT void* pvalloc(size_t size) {
+    if (!ready()) return bootstrap_alloc(size, 4096);
+    void* p = real.pvalloc(size);
+    if (p && should_record()) record_alloc(AllocFn::Pvalloc, p, size);
+    return p;
+}
+
+// ---- anonymous mappings --------------------------------------------------------
+
+HEAPSNAP_EXPORT void* mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
+    if (!ready()) return reinterpret_cast<void*>(syscall(SYS_mmap, addr, length, prot, flags, fd, offset));
+    void* p = real.mmap(addr, length, prot, flags, fd, offset);
+    if (p != MAP_FAILED && (flags & MAP_ANONYMOUS) && should_record()) record_mmap(p, length, prot, flags);
+    return p;
+}
+
+HEAPSNAP_EXPORT void* mmap64(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
+    return mmap(addr, length, prot, flags, fd, offset);
+}
+
+HEAPSNAP_EXPORT int munmap(void* addr, size_t length) {
+    if (!ready()) return static_cast<int>(syscall(SYS_munmap, addr, length));
+    if (should_record()) record_munmap(addr, length);
+    return real.munmap(addr, length);
+}
+
+HEAPSNAP_EXPORT void* mremap(void* old, size_t old_size, size_t new_size, int flags, ...) {
+    if (!ready()) return MAP_FAILED;
+    void* target = nullptr;
+    if (flags & MREMAP_FIXED) {
+        va_list ap;
+        va_start(ap, flags);
+        target = va_arg(ap, void*);
+        va_end(ap);
+    }
+    bool record = should_record();
+    if (record) record_munmap(old, old_size);
+    void* p = real.mremap(old, old_size, new_size, flags, target);
+    if (record) {
+        if (p != MAP_FAILED)
+            record_mmap(p, new_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS);
+        else
+            record_mmap(old, old_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS);
+    }
+    return p;
+}
+
+// ---- threads and exec ------------------------------------------------------------
+
+HEAPSNAP_EXPORT int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*routine)(void*),
+                                   void* arg) {
+    if (!ready()) return EAGAIN;
+    if (!recorder_active()) return real.pthread_create(thread, attr, routine, arg);
+    ThreadState& t = thread_state();
+    t.internal++;
+    auto* args = static_cast<StartArgs*>(real.malloc(sizeof(StartArgs)));
+    t.internal--;
+    if (!args) return real.pthread_create(thread, attr, routine, arg);
+    args->routine = routine;
+    args->arg = arg;
+    int r = real.pthread_create(thread, attr, thread_trampoline, args);
+    if (r != 0) {
+        t.internal++;
+        real.free(args);
+        t.internal--;
+    }
+    return r;
+}
+
+namespace {
+
+template <class Call>
+int around_exec(Call&& call) {
+    before_exec();
+    int r = call();
+    int saved = errno;
+    after_failed_exec();
+    errno = saved;
+    return r;
+}
+
+}  // namespace
+
+HEAPSNAP_EXPORT int execve(const char* path, char* const argv[], char* const envp[]) {
+    if (!ready()) return -1;
+    return around_exec([&] { return real.execve(path, argv, envp); });
+}
+
+HEAPSNAP_EXPORT int execv(const char* path, char* const argv[]) {
+    if (!ready()) return -1;
+    return around_exec([&] { return real.execv(path, argv); });
+}
+
+HEAPSNAP_EXPORT int execvp(const char* file, char* const argv[]) {
+    if (!ready()) return -1;
+    return around_exec([&] { return real.execvp(file, argv); });
+}
+
+HEAPSNAP_EXPORT int execvpe(const char* file, char* const argv[], char* const envp[]) {
+    if (!ready()) return -1;
+    return around_exec([&] { return real.execvpe(file, argv, envp); });
+}

@@ -1,0 +1,53 @@
+// Start-up, configuration and shutdown of the recorder inside the traced
+// process: the state every hook checks before recording.
+//
+// The recorder initialises on the first allocation of the process (which
+// may come before any constructor, even from dlsym while the real malloc is
+// being looked up); the writer thread starts from the library constructor,
+// once threads can be created. The `exit` marker is taken in the library
+// destructor, which runs from _dl_fini after the program's atexit handlers
+// and static destructors, so late frees are counted.
+#pragma once
+
+#include <cstdint>
+
+#include "format/hslog.h"
+
+namespace heapsnap::recorder {
+
+struct ThreadRing;
+
+inline constexpr uint32_t kDefaultDepth = 64;
+inline constexpr uint32_t kMaxDepth = 256;
+inline constexpr uint32_t kMaxPathLen = 4096;
+
+struct Config {
+    char output_pattern[kMaxPathLen];  // HEAPSNAP_OUTPUT
+    char paths_file[kMaxPathLen];      // HEAPSNAP_PATHS_FILE: append our log path here (launcher)
+    double interval_s;                 // HEAPSNAP_INTERVAL, 0 = off
+    uint32_t depth;                    // HEAPSNAP_DEPTH
+    hslog::UnwindMode unwind;          // HEAPSNAP_UNWIND
+    bool verbose;                      // HEAPSNAP_VERBOSE
+};
+
+const Config& config();
+
+// True while events are being recorded.
+bool recorder_active();
+// Initialises on first use; false if the recorder is disabled or is being
+// initialised by this very call chain.
+bool ensure_initialized();
+// CLOCK_MONOTONIC at recorder start: event times count from here.
+uint64_t start_time_ns();
+
+// Arranges for the thread's exit to be recorded and its ring retired.
+void watch_thread_exit(ThreadRing* ring);
+
+// Prints one diagnostic line on stderr, prefixed "heapsnap: ".
+void diagnostic(const char* a, const char* b = "", const char* c = "");
+
+// fork/exec hooks.
+void before_exec();
+void after_failed_exec();
+
+}  // namespace heapsnap::recorder

@@ -1,0 +1,114 @@
+#include "recorder/markers.h"
+
+#include <malloc.h>
+#include <string.h>
+
+#include <atomic>
+
+#include "addrspace/smaps_capture.h"
+#include "recorder/lifecycle.h"
+#include "recorder/raw_alloc.h"
+#include "recorder/thread_buffer.h"
+
+namespace heapsnap::recorder {
+namespace {
+
+constexpr size_t kPayloadBytes = 8u << 20;
+constexpr size_t kScratchBytes = 64u << 10;
+constexpr size_t kMaxLabel = 256;
+// Worst case of one encoded region without its path.
+constexpr size_t kRegionFixed = 2 + 9 * codec::kMaxVarint;
+
+std::atomic<uint32_t> g_next_index{1};
+
+struct RegionSink {
+    codec::Writer* out;
+    uint32_t count;
+    uint64_t prev_end;
+    bool overflow;
+};
+
+void put_region(const addrspace::RawRegion& r, void* ctx) {
+    auto& sink = *static_cast<RegionSink*>(ctx);
+    if (sink.overflow || sink.out->room() < kRegionFixed + codec::kMaxVarint + r.path_len) {
+        sink.overflow = true;
+        return;
+    }
+    codec::Writer& w = *sink.out;
+    w.svarint(static_cast<int64_t>(r.start - sink.prev_end));
+    w.varint(r.end - r.start);
+    w.u8(r.perms);
+    w.u8(static_cast<uint8_t>(hslog::RegionHint::None));
+    w.varint(r.offset);
+    w.varint(r.inode);
+    w.bytes(r.path, r.path_len);
+    w.varint(r.rss_kb);
+    w.varint(r.pss_kb);
+    w.varint(r.private_dirty_kb);
+    w.varint(r.swap_kb);
+    sink.prev_end = r.end;
+    sink.count++;
+}
+
+}  // namespace
+
+uint32_t take_marker(hslog::MarkerCause cause, const char* label) {
+    if (!recorder_active()) return 0;
+    ThreadState& ts = thread_state();
+    ts.internal++;
+    auto* payload = static_cast<uint8_t*>(raw_map(kPayloadBytes));
+    auto* scratch = static_cast<char*>(raw_map(kScratchBytes));
+    uint32_t index = 0;
+    if (payload && scratch) {
+        index = g_next_index.fetch_add(1, std::memory_order_relaxed);
+        codec::Writer w(payload, kPayloadBytes);
+        w.varint(index);
+        w.u8(static_cast<uint8_t>(cause));
+        size_t label_len = label ? strnlen(label, kMaxLabel) : 0;
+        w.bytes(label ? label : "", label_len);
+        uint64_t rss_kb = 0;
+        uint32_t threads = 0;
+        addrspace::read_status("/proc/self/status", scratch, kScratchBytes, &rss_kb, &threads);
+        w.varint(rss_kb);
+        w.varint(threads);
+        w.varint(raw_mapped_bytes());
+        struct mallinfo2 mi = mallinfo2();
+        w.varint(mi.arena);
+        w.varint(mi.ordblks);
+        w.varint(mi.hblks);
+        w.varint(mi.hblkhd);
+        w.varint(mi.uordblks);
+        w.varint(mi.fordblks);
+        w.varint(mi.keepcost);
+        uint8_t* count_at = payload + w.size();
+        w.u32le(0);
+        RegionSink sink{&w, 0, 0, false};
+        addrspace::capture_smaps("/proc/self/smaps", scratch, kScratchBytes, put_region, &sink);
+        codec::Writer patch(count_at, 4);
+        patch.u32le(sink.count);
+        Slot slot{};
+        slot.kind = SlotKind::Marker;
+        slot.addr = reinterpret_cast<uint64_t>(payload);
+        slot.size = w.size();
+        if (!emit(slot)) {
+            raw_unmap(payload, kPayloadBytes);
+            index = 0;
+        }
+        payload = nullptr;
+    }
+    raw_unmap(scratch, kScratchBytes);
+    raw_unmap(payload, kPayloadBytes);
+    ts.internal--;
+    return index;
+}
+
+uint32_t marker_index_of(const uint8_t* payload, size_t size) {
+    codec::Reader r(payload, size);
+    return static_cast<uint32_t>(r.varint());
+}
+
+void release_marker_payload(uint8_t* payload, size_t) { raw_unmap(payload, kPayloadBytes); }
+
+void reset_markers_after_fork() { g_next_index.store(1, std::memory_order_relaxed); }
+
+}  // namespace heapsnap::recorder

@@ -1,0 +1,28 @@
+// Markers: a named moment plus what was true then (RSS, threads, mallinfo2,
+// the recorder's own memory, and every region of /proc/self/smaps).
+//
+// The payload is built by the thread that asks for the marker, right then,
+// into its own page-mapped buffer; only a pointer travels through the ring.
+// The writer copies the payload into the stream at the marker's place in
+// time order and unmaps it. The live heap "at the marker" is exactly the
+// events stamped before it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "format/hslog.h"
+
+namespace heapsnap::recorder {
+
+// Records a marker now; returns its 1-based index, or 0 when not recording.
+uint32_t take_marker(hslog::MarkerCause cause, const char* label);
+
+// Writer side.
+uint32_t marker_index_of(const uint8_t* payload, size_t size);
+void release_marker_payload(uint8_t* payload, size_t size);
+
+// After fork the child numbers its markers from 1 again.
+void reset_markers_after_fork();
+
+}  // namespace heapsnap::recorder

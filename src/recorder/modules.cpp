@@ -1,0 +1,261 @@
+#include "recorder/modules.h"
+
+#include <elf.h>
+#include <link.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstring>
+
+#include "format/hslog.h"
+#include "recorder/clock.h"
+#include "recorder/lifecycle.h"
+#include "recorder/metadata_queue.h"
+#include "recorder/raw_alloc.h"
+
+namespace heapsnap::recorder {
+namespace {
+
+constexpr size_t kMaxPath = 1024;
+constexpr size_t kMaxBuildId = 64;
+
+struct Module {
+    uint32_t id;
+    bool loaded;
+    bool seen;  // scratch for a rescan
+    uint64_t bias;
+    uint64_t start;
+    uint64_t end;
+    uint32_t path_len;
+    uint32_t build_id_len;
+    char path[kMaxPath];
+    uint8_t build_id[kMaxBuildId];
+};
+
+SpinLock g_lock;
+// dl_iterate_phdr's counters of objects ever loaded and unloaded: when they
+// have not moved, the module list is current.
+uint64_t g_scanned_adds = UINT64_MAX;
+uint64_t g_scanned_subs = UINT64_MAX;
+
+Module* g_modules = nullptr;  // index = id - 1
+uint32_t g_count = 0;
+uint32_t g_capacity = 0;
+uint32_t* g_sorted = nullptr;  // indices of loaded modules by start address
+uint32_t g_sorted_count = 0;
+
+uint64_t g_self_lo = 0;
+uint64_t g_self_hi = 0;
+char g_exe[kMaxPath];
+size_t g_exe_len = 0;
+
+bool reserve_modules(uint32_t needed) {
+    if (needed <= g_capacity) return true;
+    uint32_t capacity = g_capacity ? g_capacity * 2 : 256;
+    while (capacity < needed) capacity *= 2;
+    auto* modules = static_cast<Module*>(raw_map(sizeof(Module) * capacity));
+    auto* sorted = static_cast<uint32_t*>(raw_map(sizeof(uint32_t) * capacity));
+    if (!modules || !sorted) return false;
+    if (g_count) std::memcpy(modules, g_modules, sizeof(Module) * g_count);
+    if (g_sorted_count) std::memcpy(sorted, g_sorted, sizeof(uint32_t) * g_sorted_count);
+    raw_unmap(g_modules, sizeof(Module) * g_capacity);
+    raw_unmap(g_sorted, sizeof(uint32_t) * g_capacity);
+    g_modules = modules;
+    g_sorted = sorted;
+    g_capacity = capacity;
+    return true;
+}
+
+void queue_load(const Module& m) {
+    codec::Writer w(nullptr, 0);
+    if (!metadata_reserve(64 + m.path_len + m.build_id_len, &w)) return;
+    hslog::put_module_load(w, now_ns() - start_time_ns(), m.id, m.bias, m.start, m.end, m.path, m.path_len,
+                           m.build_id, m.build_id_len);
+    metadata_commit(w);
+}
+
+void queue_unload(const Module& m) {
+    codec::Writer w(nullptr, 0);
+    if (!metadata_reserve(32, &w)) return;
+    hslog::put_module_unload(w, now_ns() - start_time_ns(), m.id);
+    metadata_commit(w);
+}
+
+void read_build_id(const dl_phdr_info* info, Module& m) {
+    m.build_id_len = 0;
+    for (int i = 0; i < info->dlpi_phnum; ++i) {
+        const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+        if (ph.p_type != PT_NOTE) continue;
+        auto* p = reinterpret_cast<const uint8_t*>(info->dlpi_addr + ph.p_vaddr);
+        const uint8_t* end = p + ph.p_memsz;
+        while (p + sizeof(ElfW(Nhdr)) <= end) {
+            ElfW(Nhdr) note;
+            std::memcpy(&note, p, sizeof note);
+            const uint8_t* name = p + sizeof note;
+            const uint8_t* desc = name + ((note.n_namesz + 3) & ~3u);
+            const uint8_t* next = desc + ((note.n_descsz + 3) & ~3u);
+            if (next > end) break;
+            if (note.n_type == NT_GNU_BUILD_ID && note.n_namesz == 4 && std::memcmp(name, "GNU", 4) == 0 &&
+                note.n_descsz <= kMaxBuildId) {
+                std::memcpy(m.build_id, desc, note.n_descsz);
+                m.build_id_len = note.n_descsz;
+                return;
+            }
+            p = next;
+        }
+    }
+}
+
+const char* module_name(const dl_phdr_info* info, size_t* len) {
+    const char* name = info->dlpi_name;
+    if (!name || !*name) {
+        *len = g_exe_len;
+        return g_exe;
+    }
+    *len = std::strlen(name);
+    return name;
+}
+
+int scan_one(dl_phdr_info* info, size_t, void*) {
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; ++i) {
+        const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+        if (ph.p_type != PT_LOAD) continue;
+        uint64_t s = info->dlpi_addr + ph.p_vaddr;
+        if (s < lo) lo = s;
+        if (s + ph.p_memsz > hi) hi = s + ph.p_memsz;
+    }
+    if (hi <= lo) return 0;
+    size_t len;
+    const char* name = module_name(info, &len);
+    if (len >= kMaxPath) len = kMaxPath - 1;
+    for (uint32_t i = 0; i < g_count; ++i) {
+        Module& m = g_modules[i];
+        if (m.loaded && m.bias == info->dlpi_addr && m.start == lo && m.path_len == len &&
+            std::memcmp(m.path, name, len) == 0) {
+            m.seen = true;
+            return 0;
+        }
+    }
+    if (!reserve_modules(g_count + 1)) return 0;
+    Module& m = g_modules[g_count];
+    m.id = g_count + 1;
+    m.loaded = true;
+    m.seen = true;
+    m.bias = info->dlpi_addr;
+    m.start = lo;
+    m.end = hi;
+    m.path_len = static_cast<uint32_t>(len);
+    std::memcpy(m.path, name, len);
+    m.path[len] = 0;
+    read_build_id(info, m);
+    g_count++;
+    queue_load(m);
+    return 0;
+}
+
+void rebuild_sorted() {
+    g_sorted_count = 0;
+    for (uint32_t i = 0; i < g_count; ++i) {
+        if (!g_modules[i].loaded) continue;
+        uint32_t j = g_sorted_count++;
+        while (j > 0 && g_modules[g_sorted[j - 1]].start > g_modules[i].start) {
+            g_sorted[j] = g_sorted[j - 1];
+            --j;
+        }
+        g_sorted[j] = i;
+    }
+}
+
+const Module* find_loaded(uint64_t ip) {
+    uint32_t lo = 0, hi = g_sorted_count;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (g_modules[g_sorted[mid]].start <= ip)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0) return nullptr;
+    const Module& m = g_modules[g_sorted[lo - 1]];
+    return ip < m.end ? &m : nullptr;
+}
+
+int find_self(dl_phdr_info* info, size_t, void* target) {
+    auto addr = reinterpret_cast<uint64_t>(target);
+    for (int i = 0; i < info->dlpi_phnum; ++i) {
+        const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+        if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
+        uint64_t s = info->dlpi_addr + ph.p_vaddr;
+        if (addr >= s && addr < s + ph.p_memsz) {
+            g_self_lo = s;
+            g_self_hi = s + ph.p_memsz;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+}  // namespace
+
+SpinLock& metadata_lock() { return g_lock; }
+
+namespace {
+
+struct Counters {
+    uint64_t adds;
+    uint64_t subs;
+};
+
+int read_counters(dl_phdr_info* info, size_t size, void* out) {
+    auto* c = static_cast<Counters*>(out);
+    if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
+        c->adds = info->dlpi_adds;
+        c->subs = info->dlpi_subs;
+    }
+    return 1;  // the counters are the same in every entry: one is enough
+}
+
+}  // namespace
+
+void rescan_modules(bool force) {
+    Counters now{0, 0};
+    dl_iterate_phdr(read_counters, &now);
+    if (!force && now.adds == g_scanned_adds && now.subs == g_scanned_subs) return;
+    g_scanned_adds = now.adds;
+    g_scanned_subs = now.subs;
+    for (uint32_t i = 0; i < g_count; ++i) g_modules[i].seen = false;
+    dl_iterate_phdr(scan_one, nullptr);
+    for (uint32_t i = 0; i < g_count; ++i) {
+        Module& m = g_modules[i];
+        if (m.loaded && !m.seen) {
+            m.loaded = false;
+            queue_unload(m);
+        }
+    }
+    rebuild_sorted();
+}
+
+ResolvedFrame resolve_frame(uint64_t ip) {
+    const Module* m = find_loaded(ip);
+    if (!m) return {hslog::kNoModule, ip};
+    return {m->id, ip - m->bias};
+}
+
+void requeue_all_modules() {
+    for (uint32_t i = 0; i < g_count; ++i)
+        if (g_modules[i].loaded) queue_load(g_modules[i]);
+}
+
+bool is_recorder_address(uint64_t ip) { return ip >= g_self_lo && ip < g_self_hi; }
+
+void init_recorder_range() {
+    ssize_t n = readlink("/proc/self/exe", g_exe, sizeof g_exe - 1);
+    g_exe_len = n > 0 ? static_cast<size_t>(n) : 0;
+    g_exe[g_exe_len] = 0;
+    dl_iterate_phdr(find_self, reinterpret_cast<void*>(&init_recorder_range));
+}
+
+const char* exe_path() { return g_exe; }
+
+}  // namespace heapsnap::recorder

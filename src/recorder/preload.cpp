@@ -1,0 +1,221 @@
+// Lifecycle of the recorder in the traced process: configuration from the
+// environment, initialisation on first use, the writer thread, thread exit,
+// fork and exec, the `exit` marker, and the public heapsnap_marker_v1().
+//
+// Fork: the child gets its own log (same pattern, the child's pid), created
+// lazily on the child's first recorded event, so a child that only execs
+// leaves no log behind. The child's log starts empty: blocks inherited from
+// the parent are not in it, and their frees are counted by the reader as
+// frees of untracked blocks (formats/hslog.md).
+// Exec: the log is completed (End record, reason "exec") before the real
+// exec; the new image starts its own log if the recorder is still preloaded.
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include "recorder/clock.h"
+#include "recorder/lifecycle.h"
+#include "recorder/markers.h"
+#include "recorder/metadata_queue.h"
+#include "recorder/modules.h"
+#include "recorder/stack_table.h"
+#include "recorder/thread_buffer.h"
+#include "recorder/writer.h"
+
+#define HEAPSNAP_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace heapsnap::recorder {
+namespace {
+
+enum State : int { Uninitialized, Initializing, Active, Disabled, ShutDown, ForkPending };
+
+std::atomic<int> g_state{Uninitialized};
+Config g_config;
+uint64_t g_start_ns = 0;
+pthread_key_t g_exit_key;
+
+void copy_env(const char* name, char* out, size_t cap, const char* fallback) {
+    const char* v = getenv(name);
+    if (!v || !*v) v = fallback;
+    size_t n = strnlen(v, cap - 1);
+    memcpy(out, v, n);
+    out[n] = 0;
+}
+
+// Garbage in HEAPSNAP_* variables is reported and replaced by the default;
+// it must never crash or stop the program.
+void read_config() {
+    copy_env("HEAPSNAP_OUTPUT", g_config.output_pattern, sizeof g_config.output_pattern,
+             "heapsnap.%e.%p.hslog");
+    copy_env("HEAPSNAP_PATHS_FILE", g_config.paths_file, sizeof g_config.paths_file, "");
+    g_config.depth = kDefaultDepth;
+    if (const char* v = getenv("HEAPSNAP_DEPTH"); v && *v) {
+        char* end = nullptr;
+        errno = 0;
+        unsigned long d = strtoul(v, &end, 10);
+        if (errno || *end || d < 1 || d > kMaxDepth)
+            diagnostic("ignoring HEAPSNAP_DEPTH=", v, " (expected 1 to 256)");
+        else
+            g_config.depth = static_cast<uint32_t>(d);
+    }
+    g_config.interval_s = 0;
+    if (const char* v = getenv("HEAPSNAP_INTERVAL"); v && *v) {
+        char* end = nullptr;
+        errno = 0;
+        double s = strtod(v, &end);
+        if (errno || *end || !(s >= 0.001 && s <= 86400.0))
+            diagnostic("ignoring HEAPSNAP_INTERVAL=", v, " (expected seconds from 0.001 to 86400)");
+        else
+            g_config.interval_s = s;
+    }
+    g_config.unwind = hslog::UnwindMode::Dwarf;
+    if (const char* v = getenv("HEAPSNAP_UNWIND"); v && *v) {
+        if (strcmp(v, "dwarf") != 0 && strcmp(v, "auto") != 0)
+            diagnostic("ignoring HEAPSNAP_UNWIND=", v, " (expected dwarf or auto)");
+    }
+    const char* verbose = getenv("HEAPSNAP_VERBOSE");
+    g_config.verbose = verbose && *verbose && strcmp(verbose, "0") != 0;
+}
+
+void on_thread_exit(void*) {
+    Slot slot{};
+    slot.kind = SlotKind::ThreadExit;
+    emit(slot);
+    retire_current_thread();
+}
+
+void before_fork() {
+    thread_state().internal++;
+    // Lock order as in the writer: writer lock (inside writer_*), registry,
+    // metadata. Taking them here means the child never inherits a lock held
+    // by a thread that does not exist in it.
+    registry_lock().lock();
+    metadata_lock().lock();
+}
+
+void after_fork_parent() {
+    metadata_lock().unlock();
+    registry_lock().unlock();
+    thread_state().internal--;
+}
+
+void after_fork_child() {
+    metadata_lock().reset();
+    reset_rings_after_fork();
+    writer_forget_after_fork();
+    reset_markers_after_fork();
+    metadata_clear();
+    int state = g_state.load();
+    if (state == Active) g_state.store(ForkPending);
+    thread_state().internal--;
+}
+
+// The child's first event: describe the modules and stacks again, open the
+// child's own log and start its writer.
+bool start_child_log() {
+    g_start_ns = now_ns();
+    {
+        LockGuard guard(metadata_lock());
+        requeue_all_modules();
+        rescan_modules(true);
+        requeue_all_stacks();
+    }
+    if (!writer_open()) return false;
+    writer_start_thread();
+    return true;
+}
+
+bool initialize() {
+    read_config();
+    if (getauxval(AT_SECURE)) {
+        diagnostic("refusing to record a setuid/setgid program (secure-execution mode); recording disabled");
+        return false;
+    }
+    g_start_ns = now_ns();
+    init_recorder_range();
+    {
+        LockGuard guard(metadata_lock());
+        rescan_modules(true);
+    }
+    if (pthread_key_create(&g_exit_key, on_thread_exit) != 0) return false;
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+    return writer_open();
+}
+
+}  // namespace
+
+const Config& config() { return g_config; }
+
+bool recorder_active() {
+    int state = g_state.load(std::memory_order_acquire);
+    if (state == Active) return true;
+    if (state == Uninitialized || state == ForkPending) return ensure_initialized();
+    return false;
+}
+
+bool ensure_initialized() {
+    int state = g_state.load(std::memory_order_acquire);
+    if (state == Active) return true;
+    if (state != Uninitialized && state != ForkPending) return false;
+    if (!g_state.compare_exchange_strong(state, Initializing)) return g_state.load() == Active;
+    ThreadState& t = thread_state();
+    t.internal++;
+    bool ok = state == Uninitialized ? initialize() : start_child_log();
+    t.internal--;
+    g_state.store(ok ? Active : Disabled, std::memory_order_release);
+    return ok;
+}
+
+uint64_t start_time_ns() { return g_start_ns; }
+
+void watch_thread_exit(ThreadRing* ring) { pthread_setspecific(g_exit_key, ring); }
+
+void diagnostic(const char* a, const char* b, const char* c) {
+    char line[3 * kMaxPathLen];
+    size_t n = 0;
+    for (const char* s : {"heapsnap: ", a, b, c})
+        for (; *s && n + 2 < sizeof line; ++s) line[n++] = *s;
+    line[n++] = '\n';
+    ssize_t ignored = write(STDERR_FILENO, line, n);
+    (void)ignored;
+}
+
+void before_exec() {
+    if (g_state.load() != Active) return;
+    writer_stop(hslog::EndReason::Exec);
+    g_state.store(ShutDown);
+}
+
+void after_failed_exec() {
+    if (g_state.load() != ShutDown) return;
+    // The exec failed and the program goes on: continue in a new log.
+    g_state.store(ForkPending);
+}
+
+}  // namespace heapsnap::recorder
+
+using namespace heapsnap::recorder;
+
+HEAPSNAP_EXPORT int heapsnap_marker_v1(const char* label) {
+    if (!recorder_active()) return 0;
+    return static_cast<int>(take_marker(heapsnap::hslog::MarkerCause::User, label ? label : ""));
+}
+
+__attribute__((constructor)) static void heapsnap_start() {
+    if (ensure_initialized()) writer_start_thread();
+}
+
+// Runs from _dl_fini: after atexit handlers and the program's static
+// destructors, so the exit marker sees their frees.
+__attribute__((destructor)) static void heapsnap_finish() {
+    if (g_state.load() != Active) return;
+    take_marker(heapsnap::hslog::MarkerCause::Exit, "exit");
+    writer_stop(heapsnap::hslog::EndReason::Exit);
+    g_state.store(ShutDown);
+}

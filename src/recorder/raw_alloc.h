@@ -1,0 +1,29 @@
+// Memory for the recorder itself, taken straight from the kernel.
+//
+// The recorder runs inside malloc; it can never call malloc for its own
+// buffers (that would recurse, and would show up as the program's memory).
+// Everything it keeps (thread rings, the stack table, zstd contexts, the
+// output buffer) comes from here: whole pages via the mmap syscall, counted
+// so markers can report the recorder's own footprint separately from the
+// program's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace heapsnap::recorder {
+
+// Page-granular, zero-filled. Returns nullptr on failure (never aborts).
+void* raw_map(size_t bytes);
+void raw_unmap(void* p, size_t bytes);
+
+// Bytes currently mapped through raw_map.
+uint64_t raw_mapped_bytes();
+
+// Small-object allocator for zstd's customMem: each block carries its size
+// in a header and is mapped on its own (zstd allocates a handful of
+// contexts once, so there is no point in a free list).
+void* raw_block_alloc(void* opaque, size_t bytes);
+void raw_block_free(void* opaque, void* p);
+
+}  // namespace heapsnap::recorder

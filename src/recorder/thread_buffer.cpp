@@ -1,0 +1,181 @@
+#include "recorder/thread_buffer.h"
+
+#include <sched.h>
+#include <time.h>
+
+#include <new>
+
+#include "recorder/clock.h"
+#include "recorder/lifecycle.h"
+#include "recorder/raw_alloc.h"
+#include "recorder/writer.h"
+
+namespace heapsnap::recorder {
+namespace {
+
+__thread ThreadState t_state;
+
+SpinLock g_registry_lock;
+ThreadRing* g_rings = nullptr;      // registered, in registration order
+ThreadRing* g_free_rings = nullptr;  // drained, ready for reuse
+std::atomic<uint32_t> g_next_thread{0};
+std::atomic<uint32_t> g_live_threads{0};
+
+// Events of threads whose own ring was already retired (frees run by TLS
+// destructors after our key destructor) share one ring under a lock.
+SpinLock g_shared_lock;
+std::atomic<long> g_shared_owner{0};
+ThreadRing* g_shared_ring = nullptr;
+
+ThreadRing* new_ring(uint32_t thread_index) {
+    ThreadRing* ring = nullptr;
+    {
+        LockGuard guard(g_registry_lock);
+        if (g_free_rings) {
+            ring = g_free_rings;
+            g_free_rings = ring->next;
+        }
+    }
+    if (ring) {
+        ring->~ThreadRing();
+    } else {
+        void* mem = raw_map(sizeof(ThreadRing));
+        if (!mem) return nullptr;
+        ring = static_cast<ThreadRing*>(mem);
+    }
+    new (ring) ThreadRing();
+    ring->thread_index = thread_index;
+    LockGuard guard(g_registry_lock);
+    ThreadRing** tail = &g_rings;
+    while (*tail) tail = &(*tail)->next;
+    *tail = ring;
+    return ring;
+}
+
+void wait_for_room(ThreadRing& ring, uint64_t needed) {
+    for (unsigned spins = 0; ring.local_head + needed - ring.tail.load(std::memory_order_acquire) > kRingSlots;
+         ++spins) {
+        if (!writer_running()) {
+            writer_drain_inline();
+            continue;
+        }
+        writer_wake();
+        if (spins < 64) {
+            sched_yield();
+        } else {
+            timespec pause{0, 50000};
+            nanosleep(&pause, nullptr);
+        }
+    }
+}
+
+void append(ThreadRing& ring, Slot& slot) {
+    bool outer = ring.depth++ == 0;
+    if (outer) {
+        wait_for_room(ring, kNestedReserve);
+        ring.in_flight.exchange(1, std::memory_order_seq_cst);
+    }
+    Slot& dst = ring.slots[ring.local_head % kRingSlots];
+    ring.local_head++;
+    slot.ts = now_ns();
+    dst = slot;
+    if (outer) {
+        ring.head.store(ring.local_head, std::memory_order_release);
+        ring.in_flight.store(0, std::memory_order_release);
+        if (ring.local_head - ring.tail.load(std::memory_order_relaxed) > kRingSlots / 2) writer_wake();
+    }
+    ring.depth--;
+}
+
+bool emit_shared(Slot& slot) {
+    long self = gettid();
+    bool nested = g_shared_owner.load(std::memory_order_relaxed) == self;
+    if (!nested) {
+        g_shared_lock.lock();
+        g_shared_owner.store(self, std::memory_order_relaxed);
+        if (!g_shared_ring) g_shared_ring = new_ring(0);
+    }
+    bool ok = g_shared_ring != nullptr;
+    if (ok) append(*g_shared_ring, slot);
+    if (!nested) {
+        g_shared_owner.store(0, std::memory_order_relaxed);
+        g_shared_lock.unlock();
+    }
+    return ok;
+}
+
+}  // namespace
+
+ThreadState& thread_state() { return t_state; }
+
+uint32_t current_thread_index() {
+    if (!t_state.has_index) {
+        t_state.thread_index = g_next_thread.fetch_add(1, std::memory_order_relaxed);
+        t_state.has_index = true;
+    }
+    return t_state.thread_index;
+}
+
+bool emit(Slot slot) {
+    if (!recorder_active()) return false;
+    slot.thread = current_thread_index();
+    if (t_state.retired) return emit_shared(slot);
+    if (!t_state.ring) {
+        t_state.internal++;
+        t_state.ring = new_ring(slot.thread);
+        if (t_state.ring) {
+            g_live_threads.fetch_add(1, std::memory_order_relaxed);
+            watch_thread_exit(t_state.ring);
+        }
+        t_state.internal--;
+        if (!t_state.ring) return false;
+    }
+    append(*t_state.ring, slot);
+    return true;
+}
+
+void retire_current_thread() {
+    if (!t_state.ring) return;
+    t_state.ring->retired.store(1, std::memory_order_release);
+    t_state.ring = nullptr;
+    t_state.retired = true;
+    g_live_threads.fetch_sub(1, std::memory_order_relaxed);
+}
+
+SpinLock& registry_lock() { return g_registry_lock; }
+ThreadRing* ring_list() { return g_rings; }
+
+void recycle_drained_rings() {
+    LockGuard guard(g_registry_lock);
+    ThreadRing** link = &g_rings;
+    while (ThreadRing* r = *link) {
+        bool drained = r->retired.load(std::memory_order_acquire) &&
+                       r->tail.load(std::memory_order_relaxed) == r->head.load(std::memory_order_acquire);
+        if (drained) {
+            *link = r->next;
+            r->next = g_free_rings;
+            g_free_rings = r;
+        } else {
+            link = &r->next;
+        }
+    }
+}
+
+void reset_rings_after_fork() {
+    // The parent's other threads do not exist here; their rings (and any
+    // slots they still held) belong to the parent's log. Keep the memory of
+    // this thread's ring only.
+    g_registry_lock.reset();
+    g_shared_lock.reset();
+    g_shared_owner.store(0, std::memory_order_relaxed);
+    g_rings = nullptr;
+    g_free_rings = nullptr;
+    g_shared_ring = nullptr;
+    t_state.ring = nullptr;
+    t_state.retired = false;
+    g_live_threads.store(0, std::memory_order_relaxed);
+}
+
+uint32_t live_thread_count() { return g_live_threads.load(std::memory_order_relaxed); }
+
+}  // namespace heapsnap::recorder

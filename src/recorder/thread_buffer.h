@@ -1,0 +1,115 @@
+// Per-thread event rings and the order of events across threads.
+//
+// The hot path takes no global lock: every thread appends fixed-size slots
+// to its own single-producer/single-consumer ring, and the writer thread
+// drains all rings and merges them into one time order before encoding.
+//
+// Why timestamps make the merge exact. A free is stamped *before* the real
+// free runs and an allocation *after* the real allocator returned, so when
+// thread A frees p and thread B immediately gets p back, A's stamp is
+// earlier than B's; the same holds for an allocation handed to another
+// thread that frees it. Sorting by one system-wide monotonic clock therefore
+// replays every address in its true order.
+//
+// Why `in_flight`. The writer may only emit an event once no thread can
+// still produce an earlier one. A thread raises in_flight (a full barrier)
+// before reading the clock and lowers it after publishing, so the writer,
+// having read the clock itself first, knows: an idle thread's next event is
+// later than the writer's clock reading; a busy thread's next event is
+// later than its last published one. The minimum of those bounds is the
+// watermark below which the merge is final.
+//
+// Rejected: a global lock or a global sequence counter (one contended cache
+// line for every allocation of every thread); sorting in the reader (the
+// reader would need unbounded lookahead).
+//
+// A signal handler that allocates while the thread is inside a hook writes
+// its slot next to the interrupted one; only the outermost event publishes,
+// so both become visible together and in stamp order.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "recorder/spinlock.h"
+
+namespace heapsnap::recorder {
+
+enum class SlotKind : uint8_t { Alloc, Free, Mmap, Munmap, ThreadStart, ThreadExit, Marker };
+
+struct Slot {
+    uint64_t ts;
+    uint64_t addr;    // block / mapping address; stack low end for ThreadStart
+    uint64_t size;    // size / length; stack size for ThreadStart; marker index for Marker
+    uint32_t stack;   // interned stack id (Alloc, Mmap)
+    uint32_t thread;  // thread index
+    uint32_t aux;     // mmap flags; os tid for ThreadStart
+    SlotKind kind;
+    uint8_t fn;       // hslog::AllocFn for Alloc; prot for Mmap
+    uint16_t pad;
+};
+static_assert(sizeof(Slot) == 40);
+
+inline constexpr uint64_t kRingSlots = 8192;
+// Room kept free for slots written by signal handlers nested in a hook.
+inline constexpr uint64_t kNestedReserve = 16;
+
+struct ThreadRing {
+    alignas(64) std::atomic<uint64_t> head{0};  // slots published (producer)
+    alignas(64) std::atomic<uint64_t> tail{0};  // slots consumed (writer)
+    alignas(64) std::atomic<uint32_t> in_flight{0};
+    std::atomic<uint32_t> retired{0};  // its thread will publish nothing more
+    uint64_t local_head = 0;           // producer-private: next slot to fill
+    uint32_t depth = 0;                // producer-private: hook nesting
+    uint32_t thread_index = 0;
+    uint64_t last_ts = 0;  // writer-private: stamp of the last consumed slot
+    ThreadRing* next = nullptr;
+    Slot slots[kRingSlots];
+};
+
+// What each thread keeps in (initial-exec) TLS.
+struct ThreadState {
+    ThreadRing* ring = nullptr;
+    uint32_t thread_index = 0;
+    bool has_index = false;
+    bool retired = false;  // its ring is gone; later events use the shared ring
+    uint32_t internal = 0;  // >0: inside the recorder; hooks pass through unrecorded
+};
+
+ThreadState& thread_state();
+
+// Appends one event for the calling thread, stamping it now. Waits (never
+// drops) when the ring is full. Returns false only when the recorder is not
+// running.
+bool emit(Slot slot);
+
+// The thread index of the calling thread, assigned on first use.
+uint32_t current_thread_index();
+
+// Called from the pthread key destructor: the thread's last event was
+// published; the writer may recycle the ring once drained.
+void retire_current_thread();
+
+// Writer side ---------------------------------------------------------------
+
+// Calls fn(ring) for every registered ring under the registry lock.
+template <class Fn>
+void for_each_ring(Fn&& fn);
+
+SpinLock& registry_lock();
+ThreadRing* ring_list();
+// Removes drained retired rings from the list and keeps them for reuse.
+void recycle_drained_rings();
+// After fork: only the calling thread survives; forget every ring.
+void reset_rings_after_fork();
+// Threads currently registered (for markers).
+uint32_t live_thread_count();
+
+template <class Fn>
+void for_each_ring(Fn&& fn) {
+    LockGuard guard(registry_lock());
+    for (ThreadRing* r = ring_list(); r; r = r->next) fn(*r);
+}
+
+}  // namespace heapsnap::recorder

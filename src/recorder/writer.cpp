@@ -1,0 +1,579 @@
+#include "recorder/writer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+// customMem (an allocator that does not call malloc) is in the advanced API.
+#define ZSTD_STATIC_LINKING_ONLY
+#include <zstd.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "format/hslog.h"
+#include "recorder/clock.h"
+#include "recorder/control.h"
+#include "recorder/lifecycle.h"
+#include "recorder/markers.h"
+#include "recorder/metadata_queue.h"
+#include "recorder/modules.h"
+#include "recorder/raw_alloc.h"
+#include "recorder/thread_buffer.h"
+
+namespace heapsnap::recorder {
+namespace {
+
+constexpr size_t kFrameBufferBytes = 16u << 20;  // a frame's payload plus one marker at most
+constexpr uint64_t kFlushIntervalNs = 100'000'000;
+constexpr int kIdleWaitMs = 50;
+constexpr int kZstdLevel = 3;
+
+struct Cursor {
+    ThreadRing* ring;
+    uint64_t pos;
+    uint64_t end;
+};
+
+// Writer state; guarded by g_writer_lock.
+SpinLock g_writer_lock;
+int g_fd = -1;
+char g_path[kMaxPathLen];
+uint8_t* g_frame = nullptr;
+size_t g_frame_used = 0;
+uint8_t* g_compressed = nullptr;
+size_t g_compressed_capacity = 0;
+ZSTD_CCtx* g_zstd = nullptr;
+uint64_t g_stream_ts = 0;
+uint64_t g_stream_addr = 0;
+uint32_t g_stream_thread = UINT32_MAX;
+uint64_t g_events = 0;
+uint64_t g_last_flush_ns = 0;
+uint32_t g_frame_max_marker = 0;
+bool g_failed = false;
+bool g_ended = false;
+Cursor* g_cursors = nullptr;
+size_t g_cursor_capacity = 0;
+
+std::atomic<uint32_t> g_durable_marker{0};
+std::atomic<bool> g_running{false};
+std::atomic<bool> g_stop{false};
+pthread_t g_thread;
+int g_wake_fd = -1;
+
+bool write_all(const uint8_t* p, size_t n) {
+    while (n) {
+        ssize_t w = write(g_fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return false;
+        }
+        p += w;
+        n -= static_cast<size_t>(w);
+    }
+    return true;
+}
+
+void fail(const char* what) {
+    if (g_failed) return;
+    g_failed = true;
+    diagnostic("cannot write log ", g_path, what);
+}
+
+void flush_frame() {
+    if (!g_frame_used || g_failed || g_fd < 0) {
+        g_frame_used = 0;
+        return;
+    }
+    size_t n = ZSTD_compress2(g_zstd, g_compressed, g_compressed_capacity, g_frame, g_frame_used);
+    if (ZSTD_isError(n)) {
+        fail(": compression failed; recording stopped");
+    } else if (!write_all(g_compressed, n)) {
+        fail(": write failed; recording stopped");
+    }
+    g_frame_used = 0;
+    g_last_flush_ns = now_ns();
+    if (g_frame_max_marker) {
+        g_durable_marker.store(g_frame_max_marker, std::memory_order_release);
+        g_frame_max_marker = 0;
+    }
+}
+
+// Space for one record; cuts the frame first if the record would not fit
+// in the frame's nominal size.
+codec::Writer reserve(size_t max_bytes) {
+    if (g_frame_used && g_frame_used + max_bytes > hslog::kFramePayload) flush_frame();
+    return codec::Writer(g_frame + g_frame_used, kFrameBufferBytes - g_frame_used);
+}
+void commit(const codec::Writer& w) { g_frame_used += w.size(); }
+
+void put_raw_record(const uint8_t* data, size_t n) {
+    codec::Writer w = reserve(n);
+    if (n > w.room()) return;  // larger than a frame buffer: cannot happen for recorder-made records
+    w.raw(data, n);
+    commit(w);
+}
+
+uint64_t advance_time(uint64_t ts) {
+    uint64_t dt = ts > g_stream_ts ? ts - g_stream_ts : 0;
+    if (ts > g_stream_ts) g_stream_ts = ts;
+    return dt;
+}
+
+int64_t advance_addr(uint64_t addr) {
+    auto delta = static_cast<int64_t>(addr - g_stream_addr);
+    g_stream_addr = addr;
+    return delta;
+}
+
+void encode(const Slot& s) {
+    codec::Writer w = reserve(hslog::kMaxEventRecord + 1 + codec::kMaxVarint);
+    if (s.thread != g_stream_thread && s.kind != SlotKind::Marker) {
+        hslog::put_thread(w, s.thread);
+        g_stream_thread = s.thread;
+    }
+    switch (s.kind) {
+        case SlotKind::Alloc:
+            hslog::put_alloc(w, static_cast<hslog::AllocFn>(s.fn), advance_time(s.ts), advance_addr(s.addr), s.size,
+                             s.stack);
+            g_events++;
+            break;
+        case SlotKind::Free:
+            hslog::put_free(w, advance_time(s.ts), advance_addr(s.addr));
+            g_events++;
+            break;
+        case SlotKind::Mmap:
+            hslog::put_mmap(w, advance_time(s.ts), advance_addr(s.addr), s.size, s.fn, s.aux, s.stack);
+            g_events++;
+            break;
+        case SlotKind::Munmap:
+            hslog::put_munmap(w, advance_time(s.ts), advance_addr(s.addr), s.size);
+            g_events++;
+            break;
+        case SlotKind::ThreadStart:
+            hslog::put_thread_start(w, advance_time(s.ts), s.thread, s.aux, s.addr, s.addr + s.size);
+            break;
+        case SlotKind::ThreadExit:
+            hslog::put_thread_exit(w, advance_time(s.ts), s.thread);
+            break;
+        case SlotKind::Marker: {
+            commit(w);
+            auto* payload = reinterpret_cast<uint8_t*>(s.addr);
+            codec::Writer m = reserve(2 + 2 * codec::kMaxVarint + s.size);
+            m.u8(static_cast<uint8_t>(hslog::Tag::Marker));
+            m.varint(advance_time(s.ts));
+            m.varint(s.thread);
+            m.varint(g_events);
+            if (s.size <= m.room()) m.raw(payload, s.size);
+            commit(m);
+            g_frame_max_marker = std::max(g_frame_max_marker, marker_index_of(payload, s.size));
+            release_marker_payload(payload, s.size);
+            flush_frame();
+            return;
+        }
+    }
+    commit(w);
+}
+
+bool ensure_cursor_capacity(size_t n) {
+    if (n <= g_cursor_capacity) return true;
+    size_t capacity = std::max<size_t>(64, n * 2);
+    auto* fresh = static_cast<Cursor*>(raw_map(capacity * sizeof(Cursor)));
+    if (!fresh) return false;
+    raw_unmap(g_cursors, g_cursor_capacity * sizeof(Cursor));
+    g_cursors = fresh;
+    g_cursor_capacity = capacity;
+    return true;
+}
+
+const Slot& at(const Cursor& c) { return c.ring->slots[c.pos % kRingSlots]; }
+
+// Order of two events with the same stamp: releases first, so that an
+// address freed and reused within one clock tick replays as free, alloc.
+int kind_rank(SlotKind k) { return (k == SlotKind::Free || k == SlotKind::Munmap) ? 0 : 1; }
+
+bool later(const Cursor& a, const Cursor& b) {
+    const Slot& x = at(a);
+    const Slot& y = at(b);
+    if (x.ts != y.ts) return x.ts > y.ts;
+    return kind_rank(x.kind) > kind_rank(y.kind);
+}
+
+// One merge round: everything stamped below the watermark is final.
+// Returns the number of events emitted.
+size_t round_locked() {
+    uint64_t clock = now_ns();
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    uint64_t watermark = UINT64_MAX;
+    size_t n = 0;
+    {
+        LockGuard guard(registry_lock());
+        size_t rings = 0;
+        for (ThreadRing* r = ring_list(); r; r = r->next) ++rings;
+        if (!ensure_cursor_capacity(rings)) return 0;
+        for (ThreadRing* r = ring_list(); r; r = r->next) {
+            bool busy = r->in_flight.load(std::memory_order_seq_cst) != 0;
+            uint64_t head = r->head.load(std::memory_order_acquire);
+            uint64_t tail = r->tail.load(std::memory_order_relaxed);
+            uint64_t bound = clock;
+            if (busy) bound = head > tail ? r->slots[(head - 1) % kRingSlots].ts : r->last_ts;
+            watermark = std::min(watermark, bound);
+            g_cursors[n++] = Cursor{r, tail, head};
+        }
+    }
+    {
+        LockGuard guard(metadata_lock());
+        metadata_drain([](const uint8_t* data, size_t size) { put_raw_record(data, size); });
+    }
+    // A min-heap of the rings that have an event below the watermark.
+    Cursor* heap = g_cursors;
+    size_t live = 0;
+    for (size_t i = 0; i < n; ++i)
+        if (g_cursors[i].pos < g_cursors[i].end && at(g_cursors[i]).ts < watermark) heap[live++] = g_cursors[i];
+    // Cursors not in the heap keep their tail untouched; only heap members move.
+    std::make_heap(heap, heap + live, later);
+    size_t emitted = 0;
+    while (live) {
+        std::pop_heap(heap, heap + live, later);
+        Cursor& c = heap[live - 1];
+        const Slot& s = at(c);
+        encode(s);
+        c.ring->last_ts = s.ts;
+        c.pos++;
+        emitted++;
+        if (c.pos < c.end && at(c).ts < watermark) {
+            std::push_heap(heap, heap + live, later);
+        } else {
+            c.ring->tail.store(c.pos, std::memory_order_release);
+            live--;
+        }
+        if ((emitted & 1023) == 0) {
+            for (size_t i = 0; i < live; ++i) heap[i].ring->tail.store(heap[i].pos, std::memory_order_release);
+        }
+    }
+    recycle_drained_rings();
+    if (g_frame_used && now_ns() - g_last_flush_ns >= kFlushIntervalNs) flush_frame();
+    return emitted;
+}
+
+void wait_for_work(int timeout_ms) {
+    pollfd fds[2];
+    nfds_t count = 0;
+    fds[count++] = pollfd{g_wake_fd, POLLIN, 0};
+    int control = control_fd();
+    if (control >= 0) fds[count++] = pollfd{control, POLLIN, 0};
+    int r = poll(fds, count, timeout_ms);
+    if (r > 0 && (fds[0].revents & POLLIN)) {
+        uint64_t value;
+        ssize_t ignored = read(g_wake_fd, &value, sizeof value);
+        (void)ignored;
+    }
+}
+
+void* writer_main(void*) {
+    thread_state().internal = 1;
+    uint64_t next_interval = 0;
+    const uint64_t interval_ns = static_cast<uint64_t>(config().interval_s * 1e9);
+    if (interval_ns) next_interval = now_ns() + interval_ns;
+    while (!g_stop.load(std::memory_order_acquire)) {
+        int timeout = kIdleWaitMs;
+        if (interval_ns) {
+            uint64_t now = now_ns();
+            if (now >= next_interval) {
+                take_marker(hslog::MarkerCause::Interval, "interval");
+                next_interval += interval_ns;
+                if (next_interval <= now) next_interval = now + interval_ns;
+            }
+            uint64_t until = (next_interval - std::min(next_interval, now_ns())) / 1000000;
+            timeout = static_cast<int>(std::min<uint64_t>(until, kIdleWaitMs));
+        }
+        wait_for_work(timeout);
+        control_poll();
+        {
+            LockGuard guard(g_writer_lock);
+            round_locked();
+        }
+        control_reply_durable(g_durable_marker.load(std::memory_order_acquire));
+    }
+    return nullptr;
+}
+
+void write_process_record(codec::Writer& w) {
+    w.u8(static_cast<uint8_t>(hslog::Tag::Process));
+    w.str(HEAPSNAP_RECORDER_VERSION);
+    w.varint(static_cast<uint64_t>(getpid()));
+    w.varint(static_cast<uint64_t>(getppid()));
+    w.varint(getuid());
+    timespec real;
+    clock_gettime(CLOCK_REALTIME, &real);
+    w.varint(static_cast<uint64_t>(real.tv_sec) * 1000000000ull + static_cast<uint64_t>(real.tv_nsec));
+    w.varint(start_time_ns());
+    w.varint(static_cast<uint64_t>(sysconf(_SC_PAGESIZE)));
+    w.u8(static_cast<uint8_t>(config().unwind));
+    w.varint(config().depth);
+    w.str(exe_path());
+    // The command line, NUL-separated as the kernel keeps it.
+    char cmdline[8192];
+    size_t len = 0;
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t r;
+        while (len < sizeof cmdline && (r = read(fd, cmdline + len, sizeof cmdline - len)) > 0)
+            len += static_cast<size_t>(r);
+        close(fd);
+    }
+    w.bytes(cmdline, len);
+}
+
+// Expands %p (pid), %e (executable name) and %% in the pattern.
+bool expand_pattern(const char* pattern, char* out, size_t cap) {
+    const char* exe = exe_path();
+    const char* slash = strrchr(exe, '/');
+    const char* exe_name = slash ? slash + 1 : exe;
+    if (!*exe_name) exe_name = "unknown";
+    size_t n = 0;
+    auto put = [&](const char* s) {
+        for (; *s; ++s) {
+            if (n + 1 >= cap) return false;
+            out[n++] = *s;
+        }
+        return true;
+    };
+    char pid[24];
+    {
+        unsigned long v = static_cast<unsigned long>(getpid());
+        char tmp[24];
+        int i = 0;
+        do tmp[i++] = static_cast<char>('0' + v % 10);
+        while (v /= 10);
+        int j = 0;
+        while (i) pid[j++] = tmp[--i];
+        pid[j] = 0;
+    }
+    for (const char* p = pattern; *p; ++p) {
+        char one[2] = {*p, 0};
+        bool ok = true;
+        if (*p == '%' && p[1] == 'p') {
+            ok = put(pid);
+            ++p;
+        } else if (*p == '%' && p[1] == 'e') {
+            ok = put(exe_name);
+            ++p;
+        } else if (*p == '%' && p[1] == '%') {
+            ok = put("%");
+            ++p;
+        } else {
+            ok = put(one);
+        }
+        if (!ok) return false;
+    }
+    out[n] = 0;
+    return true;
+}
+
+bool make_absolute(char* path, size_t cap) {
+    if (path[0] == '/') return true;
+    char cwd[kMaxPathLen];
+    if (!getcwd(cwd, sizeof cwd)) return false;
+    size_t a = strlen(cwd), b = strlen(path);
+    if (a + 1 + b + 1 > cap) return false;
+    memmove(path + a + 1, path, b + 1);
+    memcpy(path, cwd, a);
+    path[a] = '/';
+    return true;
+}
+
+// O_EXCL: never reuse or follow someone else's file; if the name is taken
+// (a re-exec of the same program with the same pid), add -1, -2, ...
+int create_log(char* path, size_t cap) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0 || errno != EEXIST) return fd;
+    size_t len = strlen(path);
+    const char* dot = strrchr(path, '.');
+    const char* slash = strrchr(path, '/');
+    size_t stem = (dot && (!slash || dot > slash)) ? static_cast<size_t>(dot - path) : len;
+    char ext[64] = "";
+    if (len - stem < sizeof ext) memcpy(ext, path + stem, len - stem + 1);
+    char base[kMaxPathLen];
+    memcpy(base, path, stem);
+    base[stem] = 0;
+    for (int i = 1; i < 1000; ++i) {
+        char num[16];
+        int k = 0;
+        for (int v = i; v; v /= 10) num[k++] = static_cast<char>('0' + v % 10);
+        char candidate[kMaxPathLen];
+        size_t m = 0;
+        for (size_t j = 0; base[j] && m + 1 < sizeof candidate; ++j) candidate[m++] = base[j];
+        if (m + 1 < sizeof candidate) candidate[m++] = '-';
+        while (k && m + 1 < sizeof candidate) candidate[m++] = num[--k];
+        for (size_t j = 0; ext[j] && m + 1 < sizeof candidate; ++j) candidate[m++] = ext[j];
+        candidate[m] = 0;
+        fd = open(candidate, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            if (m + 1 <= cap) memcpy(path, candidate, m + 1);
+            return fd;
+        }
+        if (errno != EEXIST) return -1;
+    }
+    return -1;
+}
+
+void announce_path() {
+    if (config().paths_file[0]) {
+        int fd = open(config().paths_file, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+        if (fd >= 0) {
+            size_t n = strlen(g_path);
+            char line[kMaxPathLen + 1];
+            memcpy(line, g_path, n);
+            line[n] = '\n';
+            ssize_t ignored = write(fd, line, n + 1);
+            (void)ignored;
+            close(fd);
+        }
+    }
+    if (config().verbose) diagnostic("recording to ", g_path);
+}
+
+}  // namespace
+
+bool writer_open() {
+    LockGuard guard(g_writer_lock);
+    if (!g_frame) {
+        g_frame = static_cast<uint8_t*>(raw_map(kFrameBufferBytes));
+        g_compressed_capacity = ZSTD_compressBound(kFrameBufferBytes);
+        g_compressed = static_cast<uint8_t*>(raw_map(g_compressed_capacity));
+        ZSTD_customMem mem{raw_block_alloc, raw_block_free, nullptr};
+        g_zstd = ZSTD_createCCtx_advanced(mem);
+        if (!g_frame || !g_compressed || !g_zstd) {
+            diagnostic("out of memory for the log buffers; recording disabled");
+            return false;
+        }
+        ZSTD_CCtx_setParameter(g_zstd, ZSTD_c_compressionLevel, kZstdLevel);
+        ZSTD_CCtx_setParameter(g_zstd, ZSTD_c_checksumFlag, 1);
+    }
+    if (g_wake_fd < 0) g_wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (!expand_pattern(config().output_pattern, g_path, sizeof g_path) || !make_absolute(g_path, sizeof g_path)) {
+        diagnostic("log path too long: ", config().output_pattern, "; recording disabled");
+        return false;
+    }
+    g_fd = create_log(g_path, sizeof g_path);
+    if (g_fd < 0) {
+        diagnostic("cannot create log ", g_path, "; recording disabled");
+        return false;
+    }
+    uint8_t header[hslog::kHeaderSize];
+    codec::Writer h(header, sizeof header);
+    h.raw(hslog::kMagic, sizeof hslog::kMagic);
+    h.u32le(hslog::kLogVersion);
+    h.u32le(0);
+    if (!write_all(header, sizeof header)) {
+        diagnostic("cannot write log ", g_path, "; recording disabled");
+        close(g_fd);
+        g_fd = -1;
+        return false;
+    }
+    g_failed = false;
+    g_ended = false;
+    g_events = 0;
+    g_frame_used = 0;
+    g_stream_ts = start_time_ns();
+    g_stream_addr = 0;
+    g_stream_thread = UINT32_MAX;
+    g_durable_marker.store(0);
+    g_last_flush_ns = now_ns();
+    codec::Writer w = reserve(16384);
+    write_process_record(w);
+    commit(w);
+    announce_path();
+    return true;
+}
+
+bool writer_start_thread() {
+    if (g_running.load() || g_fd < 0) return g_running.load();
+    g_stop.store(false);
+    control_open();
+    // The writer must not inherit the program's signal mask expectations:
+    // block everything so signals go to the program's own threads.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    thread_state().internal++;
+    int err = pthread_create(&g_thread, nullptr, writer_main, nullptr);
+    thread_state().internal--;
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (err) return false;
+    g_running.store(true);
+    return true;
+}
+
+bool writer_running() { return g_running.load(std::memory_order_acquire); }
+
+void writer_wake() {
+    if (g_wake_fd < 0) return;
+    uint64_t one = 1;
+    ssize_t ignored = write(g_wake_fd, &one, sizeof one);
+    (void)ignored;
+}
+
+void writer_drain_inline() {
+    LockGuard guard(g_writer_lock);
+    if (g_fd >= 0) round_locked();
+}
+
+void writer_stop(hslog::EndReason reason) {
+    if (g_running.exchange(false)) {
+        g_stop.store(true, std::memory_order_release);
+        writer_wake();
+        pthread_join(g_thread, nullptr);
+    }
+    control_close();
+    LockGuard guard(g_writer_lock);
+    if (g_fd < 0 || g_ended) return;
+    // Drain until every published event is written; another thread that is
+    // still inside a hook holds the watermark back only briefly.
+    for (int idle = 0; idle < 200;) {
+        if (round_locked()) {
+            idle = 0;
+            continue;
+        }
+        bool pending = false;
+        for_each_ring([&](ThreadRing& r) {
+            if (r.tail.load(std::memory_order_relaxed) != r.head.load(std::memory_order_acquire)) pending = true;
+        });
+        if (!pending) break;
+        ++idle;
+        timespec pause{0, 1000000};
+        nanosleep(&pause, nullptr);
+    }
+    codec::Writer w = reserve(2 + 2 * codec::kMaxVarint);
+    hslog::put_end(w, advance_time(now_ns()), reason, g_events);
+    commit(w);
+    flush_frame();
+    g_ended = true;
+    close(g_fd);
+    g_fd = -1;
+}
+
+void writer_forget_after_fork() {
+    g_writer_lock.reset();
+    g_running.store(false);
+    g_stop.store(false);
+    if (g_fd >= 0) close(g_fd);
+    g_fd = -1;
+    g_frame_used = 0;
+    if (g_wake_fd >= 0) close(g_wake_fd);
+    g_wake_fd = -1;
+    control_forget_after_fork();
+}
+
+const char* writer_log_path() { return g_path; }
+
+uint32_t writer_durable_marker() { return g_durable_marker.load(std::memory_order_acquire); }
+
+}  // namespace heapsnap::recorder

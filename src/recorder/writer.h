@@ -1,0 +1,40 @@
+// The writer: the one place that turns events into the .hslog file.
+//
+// A background thread wakes when a ring is half full (eventfd) or every
+// 50 ms, merges the rings in time order (see thread_buffer.h), prefixes the
+// round with queued metadata, encodes records into a frame buffer and
+// writes each 256 KiB of records as one zstd frame. A frame is also cut
+// whenever 100 ms passed since the last write and something is pending, and
+// right after a marker, so a SIGKILL loses at most the last 100 ms of events
+// and a requested marker is on disk promptly.
+//
+// Before the thread exists (first allocations of the process) or after it
+// stopped, a producer whose ring is full runs a round itself
+// (writer_drain_inline); the two never run at once (writer lock).
+#pragma once
+
+#include <cstdint>
+
+#include "format/hslog.h"
+
+namespace heapsnap::recorder {
+
+// Creates the log file from the configured pattern (O_EXCL, O_NOFOLLOW,
+// mode 0600) and writes the header and the process record. False (with a
+// diagnostic) if the file cannot be created.
+bool writer_open();
+bool writer_start_thread();
+bool writer_running();
+void writer_wake();
+void writer_drain_inline();
+// Final rounds, End record, close. Safe to call more than once.
+void writer_stop(hslog::EndReason reason);
+// In a fork child: forget the parent's file and thread (not running here).
+void writer_forget_after_fork();
+
+// Absolute path of the log being written.
+const char* writer_log_path();
+// Highest marker index whose frame has been written to the file.
+uint32_t writer_durable_marker();
+
+}  // namespace heapsnap::recorder

@@ -1,0 +1,218 @@
+#include "replay/marker_select.h"
+
+#include <sys/stat.h>
+
+#include <cstdlib>
+
+#include "replay/replay.h"
+#include "util/error.h"
+
+namespace heapsnap {
+namespace {
+
+const char* cause_name(hslog::MarkerCause c) {
+    switch (c) {
+        case hslog::MarkerCause::User: return "user";
+        case hslog::MarkerCause::Interval: return "interval";
+        case hslog::MarkerCause::Request: return "request";
+        case hslog::MarkerCause::Exit: return "exit";
+    }
+    return "?";
+}
+
+bool all_digits(const std::string& s) {
+    return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+// Replays up to the chosen moment and keeps the snapshot taken there.
+class MomentReplay : public Replay {
+public:
+    MomentReplay(const Moment& moment, uint64_t stop_after_events)
+        : moment_(moment), stop_after_events_(stop_after_events) {}
+
+    void on_marker(const MarkerRecord& m) override {
+        seen_.push_back(m);
+        seen_.back().regions.clear();
+        bool match = false;
+        switch (moment_.kind) {
+            case Moment::Kind::Exit: match = m.cause == hslog::MarkerCause::Exit; break;
+            case Moment::Kind::Index: match = m.index == moment_.index; break;
+            case Moment::Kind::Label: match = m.label == moment_.text; break;
+            default: break;
+        }
+        if (match) take(m, true);
+    }
+    void on_alloc(const AllocEvent& e) override {
+        if (before(e.time_ns)) Replay::on_alloc(e), after_event();
+    }
+    void on_free(const FreeEvent& e) override {
+        if (before(e.time_ns)) Replay::on_free(e), after_event();
+    }
+    void on_mmap(const MmapEvent& e) override {
+        if (before(e.time_ns)) Replay::on_mmap(e), after_event();
+    }
+    void on_munmap(const MunmapEvent& e) override {
+        if (before(e.time_ns)) Replay::on_munmap(e), after_event();
+    }
+
+    bool taken() const { return taken_; }
+    Snapshot& result() { return result_; }
+    const std::vector<MarkerRecord>& seen() const { return seen_; }
+
+    void take_synthetic(uint64_t time_ns, const std::string& label) {
+        MarkerRecord m;
+        m.time_ns = time_ns;
+        m.label = label;
+        m.events = totals().events;
+        take(m, false);
+    }
+
+private:
+    // Time moments: the first event past the offset ends the replay
+    // without being applied.
+    bool before(uint64_t t) {
+        if (moment_.kind != Moment::Kind::Time || taken_) return !taken_;
+        if (t - process().start_ns <= moment_.offset_ns) return true;
+        take_synthetic(process().start_ns + moment_.offset_ns, moment_.text);
+        return false;
+    }
+    void after_event() {
+        if (stop_after_events_ && totals().events == stop_after_events_)
+            take_synthetic(last_time_ns(), "peak");
+    }
+    void take(const MarkerRecord& m, bool has_data) {
+        result_ = snapshot(m, has_data);
+        taken_ = true;
+        request_stop();
+    }
+
+    Moment moment_;
+    uint64_t stop_after_events_;
+    bool taken_ = false;
+    Snapshot result_;
+    std::vector<MarkerRecord> seen_;
+};
+
+// Finds how many events had been replayed when live heap bytes peaked.
+class PeakFinder : public Replay {
+public:
+    void on_alloc(const AllocEvent& e) override {
+        Replay::on_alloc(e);
+        if (totals().live_bytes > best_) {
+            best_ = totals().live_bytes;
+            events_at_best_ = totals().events;
+        }
+    }
+    uint64_t events_at_peak() const { return events_at_best_; }
+
+private:
+    uint64_t best_ = 0;
+    uint64_t events_at_best_ = 0;
+};
+
+std::string describe(const std::vector<MarkerRecord>& markers) {
+    if (markers.empty()) return "the log has no markers";
+    std::string s = "markers:";
+    for (const auto& m : markers) s += " " + std::to_string(m.index) + " \"" + m.label + "\"";
+    return s;
+}
+
+}  // namespace
+
+Moment parse_moment(const std::string& text) {
+    Moment m;
+    m.text = text;
+    if (text.empty()) throw Error("empty marker name");
+    if (text == "exit") {
+        m.kind = Moment::Kind::Exit;
+    } else if (text == "peak") {
+        m.kind = Moment::Kind::Peak;
+    } else if (text == "end") {
+        m.kind = Moment::Kind::End;
+    } else if (all_digits(text)) {
+        m.kind = Moment::Kind::Index;
+        unsigned long v = std::strtoul(text.c_str(), nullptr, 10);
+        if (v == 0 || v > UINT32_MAX) throw Error("marker index " + text + " out of range (markers count from 1)");
+        m.index = static_cast<uint32_t>(v);
+    } else if (text.size() > 1 && text.back() == 's' &&
+               text.find_first_not_of("0123456789.") == text.size() - 1) {
+        char* end = nullptr;
+        double seconds = std::strtod(text.c_str(), &end);
+        if (end != text.c_str() + text.size() - 1 || seconds < 0)
+            throw Error("bad time offset '" + text + "' (expected e.g. 12.5s)");
+        m.kind = Moment::Kind::Time;
+        m.offset_ns = static_cast<uint64_t>(seconds * 1e9);
+    } else {
+        m.kind = Moment::Kind::Label;
+    }
+    return m;
+}
+
+Snapshot snapshot_at(const std::string& log, const Moment& moment) {
+    uint64_t stop_after = 0;
+    if (moment.kind == Moment::Kind::Peak) {
+        PeakFinder finder;
+        read_log(log, finder);
+        stop_after = finder.events_at_peak();
+        if (!stop_after) throw Error(log + ": no heap allocation in the log, so no peak");
+    }
+    MomentReplay replay(moment, stop_after);
+    ReadSummary summary = read_log(log, replay);
+    if (!replay.taken()) {
+        switch (moment.kind) {
+            case Moment::Kind::End:
+            case Moment::Kind::Time: replay.take_synthetic(replay.last_time_ns(), moment.text); break;
+            case Moment::Kind::Exit:
+                throw Error(log + ": no marker \"exit\": the process did not exit normally" +
+                            std::string(summary.truncated ? " (the log is truncated)" : "") +
+                            " — use @end for everything the log holds; " + describe(replay.seen()));
+            default: throw Error(log + ": no marker \"" + moment.text + "\"; " + describe(replay.seen()));
+        }
+    }
+    Snapshot s = std::move(replay.result());
+    s.source = log;
+    return s;
+}
+
+MarkerListing list_markers(const std::string& log) {
+    class Lister : public Replay {
+    public:
+        void on_marker(const MarkerRecord& m) override {
+            MarkerRow row;
+            row.marker = m;
+            row.marker.regions.clear();
+            row.time_s = static_cast<double>(m.time_ns - process().start_ns) / 1e9;
+            row.live_bytes = totals().live_bytes;
+            row.live_blocks = totals().live_blocks;
+            row.mmap_bytes = totals().mmap_bytes;
+            row.mmap_regions = totals().mmap_regions;
+            rows.push_back(std::move(row));
+        }
+        std::vector<MarkerRow> rows;
+    } lister;
+    ReadSummary summary = read_log(log, lister);
+    MarkerListing listing;
+    listing.process = lister.process();
+    listing.rows = std::move(lister.rows);
+    listing.truncated = summary.truncated;
+    listing.complete = summary.complete;
+    return listing;
+}
+
+bool split_log_at(const std::string& arg, std::string* log, std::string* moment) {
+    for (size_t at = arg.rfind('@'); at != std::string::npos && at > 0; at = arg.rfind('@', at - 1)) {
+        std::string file = arg.substr(0, at);
+        struct stat st;
+        if (stat(file.c_str(), &st) == 0) {
+            *log = file;
+            *moment = arg.substr(at + 1);
+            return true;
+        }
+        if (at == 0) break;
+    }
+    return false;
+}
+
+std::string marker_cause_name(hslog::MarkerCause c) { return cause_name(c); }
+
+}  // namespace heapsnap

@@ -1,0 +1,183 @@
+#include "replay/replay.h"
+
+#include <algorithm>
+
+namespace heapsnap {
+
+void Replay::on_process(const ProcessInfo& p) {
+    process_ = p;
+    last_time_ns_ = p.start_ns;
+}
+
+void Replay::on_module_load(const ModuleRecord& m) { modules_[m.id] = SnapshotModule{m, true}; }
+
+void Replay::on_module_unload(uint32_t module, uint64_t) {
+    if (auto it = modules_.find(module); it != modules_.end()) it->second.loaded = false;
+}
+
+void Replay::on_stack(uint32_t stack, std::span<const StackFrame> frames) {
+    stacks_[stack].assign(frames.begin(), frames.end());
+}
+
+void Replay::on_thread_start(const ThreadStartRecord& t) {
+    note_time(t.time_ns);
+    threads_[t.thread] = t;
+}
+
+void Replay::on_thread_exit(uint32_t thread, uint64_t time_ns) {
+    note_time(time_ns);
+    threads_.erase(thread);
+}
+
+StackTotals& Replay::stack_totals(uint32_t stack) {
+    if (stack >= per_stack_.size()) per_stack_.resize(std::max<size_t>(stack + 1, per_stack_.size() * 2));
+    return per_stack_[stack];
+}
+
+void Replay::on_alloc(const AllocEvent& e) {
+    note_time(e.time_ns);
+    totals_.events++;
+    totals_.allocations++;
+    LiveBlock old;
+    if (blocks_.erase(e.address, &old)) {
+        StackTotals& t = stack_totals(old.stack);
+        t.bytes -= old.size;
+        t.blocks--;
+        totals_.live_bytes -= old.size;
+        totals_.live_blocks--;
+    }
+    blocks_.insert(e.address, LiveBlock{e.size, e.time_ns, e.stack});
+    StackTotals& t = stack_totals(e.stack);
+    t.bytes += e.size;
+    t.blocks++;
+    totals_.live_bytes += e.size;
+    totals_.live_blocks++;
+    if (totals_.live_bytes > totals_.peak_bytes) {
+        totals_.peak_bytes = totals_.live_bytes;
+        totals_.peak_time_ns = e.time_ns;
+    }
+}
+
+void Replay::on_free(const FreeEvent& e) {
+    note_time(e.time_ns);
+    totals_.events++;
+    LiveBlock old;
+    if (!blocks_.erase(e.address, &old)) {
+        totals_.untracked_frees++;
+        return;
+    }
+    StackTotals& t = stack_totals(old.stack);
+    t.bytes -= old.size;
+    t.blocks--;
+    totals_.live_bytes -= old.size;
+    totals_.live_blocks--;
+}
+
+// Unmaps [start, end) from the tracked mappings, splitting partially
+// covered ones; the pieces keep their stack and time.
+void Replay::remove_mapping_range(uint64_t start, uint64_t end) {
+    std::vector<std::pair<uint64_t, LiveMapping>> hit;
+    auto it = mappings_.upper_bound(start);
+    if (it != mappings_.begin()) --it;
+    for (; it != mappings_.end() && it->first < end; ++it)
+        if (it->first + it->second.length > start) hit.emplace_back(*it);
+    for (const auto& [m_start, m] : hit) {
+        mappings_.erase(m_start);
+        StackTotals& t = stack_totals(m.stack);
+        t.mmap_bytes -= m.length;
+        t.mmap_regions--;
+        totals_.mmap_bytes -= m.length;
+        totals_.mmap_regions--;
+        auto keep = [&](uint64_t s, uint64_t e) {
+            if (e <= s) return;
+            mappings_.emplace(s, LiveMapping{e - s, m.time_ns, m.stack});
+            t.mmap_bytes += e - s;
+            t.mmap_regions++;
+            totals_.mmap_bytes += e - s;
+            totals_.mmap_regions++;
+        };
+        uint64_t m_end = m_start + m.length;
+        keep(m_start, std::min(start, m_end));
+        keep(std::max(end, m_start), m_end);
+    }
+}
+
+void Replay::on_mmap(const MmapEvent& e) {
+    note_time(e.time_ns);
+    totals_.events++;
+    totals_.allocations++;
+    if (!e.length) return;
+    remove_mapping_range(e.address, e.address + e.length);  // MAP_FIXED over a tracked mapping
+    mappings_.emplace(e.address, LiveMapping{e.length, e.time_ns, e.stack});
+    StackTotals& t = stack_totals(e.stack);
+    t.mmap_bytes += e.length;
+    t.mmap_regions++;
+    totals_.mmap_bytes += e.length;
+    totals_.mmap_regions++;
+}
+
+void Replay::on_munmap(const MunmapEvent& e) {
+    note_time(e.time_ns);
+    totals_.events++;
+    if (e.length) remove_mapping_range(e.address, e.address + e.length);
+}
+
+Snapshot Replay::snapshot(const MarkerRecord& marker, bool has_marker_data) const {
+    Snapshot s;
+    s.process = process_;
+    s.marker = marker;
+    s.has_marker_data = has_marker_data;
+    s.totals = totals_;
+    for (const auto& [id, m] : modules_) s.modules.push_back(m);
+    for (const auto& [index, t] : threads_) s.threads.push_back(t);
+
+    // Age of the live blocks per stack: one pass over the live set.
+    struct Age {
+        uint64_t oldest = UINT64_MAX;
+        uint64_t newest = 0;
+    };
+    std::vector<Age> heap_age(per_stack_.size()), map_age(per_stack_.size());
+    auto note = [](Age& a, uint64_t t) {
+        a.oldest = std::min(a.oldest, t);
+        a.newest = std::max(a.newest, t);
+    };
+    blocks_.for_each([&](uint64_t, const LiveBlock& b) {
+        if (b.stack < heap_age.size()) note(heap_age[b.stack], b.time_ns);
+    });
+    for (const auto& [start, m] : mappings_)
+        if (m.stack < map_age.size()) note(map_age[m.stack], m.time_ns);
+
+    auto since_start = [&](uint64_t t) { return t >= process_.start_ns ? t - process_.start_ns : 0; };
+    for (uint32_t id = 0; id < per_stack_.size(); ++id) {
+        const StackTotals& t = per_stack_[id];
+        if (t.blocks)
+            s.entries.push_back(SnapshotEntry{id, EntryKind::Heap, t.bytes, t.blocks, since_start(heap_age[id].oldest),
+                                              since_start(heap_age[id].newest)});
+        if (t.mmap_regions)
+            s.entries.push_back(SnapshotEntry{id, EntryKind::Mmap, t.mmap_bytes, t.mmap_regions,
+                                              since_start(map_age[id].oldest), since_start(map_age[id].newest)});
+        if (t.blocks || t.mmap_regions) {
+            auto it = stacks_.find(id);
+            s.stacks[id] = it != stacks_.end() ? it->second : std::vector<StackFrame>{};
+        }
+    }
+
+    // What the recorder knows that /proc does not: which regions hold live
+    // heap blocks, which are thread stacks.
+    if (has_marker_data) {
+        std::vector<uint64_t> addresses;
+        addresses.reserve(blocks_.size());
+        blocks_.for_each([&](uint64_t addr, const LiveBlock&) { addresses.push_back(addr); });
+        std::sort(addresses.begin(), addresses.end());
+        for (MapRegion& r : s.marker.regions) {
+            if (r.hint != hslog::RegionHint::None) continue;
+            auto it = std::lower_bound(addresses.begin(), addresses.end(), r.start);
+            if (it != addresses.end() && *it < r.end) r.hint = hslog::RegionHint::Heap;
+            for (const auto& [index, t] : threads_)
+                if (t.stack_lo < r.end && r.start < t.stack_hi) r.hint = hslog::RegionHint::ThreadStack;
+        }
+    }
+    return s;
+}
+
+}  // namespace heapsnap

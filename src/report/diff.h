@@ -1,0 +1,74 @@
+// Comparing two snapshots call site by call site.
+//
+// Stacks of the two sides are matched by what they mean, not by raw
+// addresses: each frame is keyed by its symbol (function, file, line,
+// inline flag) when it has one, else by module path and offset. Two runs of
+// the same program (different PIDs, ASLR) therefore line up, and so do two
+// builds whose code at the call sites did not move.
+//
+// Grouping by function, line or module uses the first frame that is not an
+// allocation function (operator new, std::allocator and its friends, or a
+// frame inside libc / libstdc++ / the dynamic loader), so a leak through
+// strdup or std::vector lands on the caller that asked for it. The stack
+// view keeps every frame.
+#pragma once
+
+#include <cstdint>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "format/snapshot_file.h"
+#include "symbolize/symbolizer.h"
+
+namespace heapsnap {
+
+enum class GroupBy { Stack, Function, Line, Module };
+
+struct DiffOptions {
+    GroupBy group_by = GroupBy::Stack;
+    size_t top = 0;          // 0: all
+    uint64_t min_bytes = 0;  // keep entries with |bytes_delta| >= min_bytes
+    std::vector<std::regex> exclude;  // frames whose function matches are dropped
+};
+
+struct DiffEntry {
+    int64_t bytes_delta = 0;
+    int64_t blocks_delta = 0;
+    uint64_t old_bytes = 0;
+    uint64_t new_bytes = 0;
+    uint64_t old_blocks = 0;
+    uint64_t new_blocks = 0;
+    EntryKind kind = EntryKind::Heap;
+    std::vector<SymbolFrame> frames;  // innermost first
+};
+
+struct DiffResult {
+    int64_t bytes_delta = 0;  // over all entries, before --top/--min-bytes
+    int64_t blocks_delta = 0;
+    std::vector<DiffEntry> entries;  // sorted: largest growth first, most shrinkage last
+    std::vector<std::string> warnings;
+};
+
+// The symbolized frames of a snapshot stack (inline frames expanded,
+// excluded frames dropped).
+class StackSymbols {
+public:
+    StackSymbols(const Snapshot& snapshot, Symbolizer& symbolizer, const std::vector<std::regex>& exclude);
+    std::vector<SymbolFrame> frames(uint32_t stack) const;
+
+private:
+    const Snapshot& snapshot_;
+    Symbolizer& symbolizer_;
+    const std::vector<std::regex>& exclude_;
+};
+
+DiffResult diff(const Snapshot& old_snap, const Snapshot& new_snap, const DiffOptions& options, Symbolizer& symbolizer);
+
+// True for a frame that only forwards an allocation (see above).
+bool is_allocation_frame(const SymbolFrame& frame);
+
+// "function" or "module+0xoffset" for a frame.
+std::string frame_label(const SymbolFrame& frame);
+
+}  // namespace heapsnap

@@ -1,0 +1,175 @@
+#include "report/render.h"
+
+#include <fmt/format.h>
+
+#include "util/human.h"
+
+namespace heapsnap {
+namespace {
+
+std::string basename_of(const std::string& path) {
+    size_t slash = path.rfind('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+struct Palette {
+    bool on;
+    std::string paint(const std::string& s, const char* code) const {
+        return on ? fmt::format("\x1b[{}m{}\x1b[0m", code, s) : s;
+    }
+    std::string grow(const std::string& s) const { return paint(s, "1;31"); }
+    std::string shrink(const std::string& s) const { return paint(s, "32"); }
+    std::string dim(const std::string& s) const { return paint(s, "2"); }
+    std::string bold(const std::string& s) const { return paint(s, "1"); }
+};
+
+std::string describe_moment(const Snapshot& s) {
+    std::string what = s.marker.index ? fmt::format("marker {} \"{}\"", s.marker.index, s.marker.label)
+                                      : fmt::format("moment \"{}\"", s.marker.label);
+    return fmt::format("pid {}  {}  {} at {:.3f} s  live {} in {} blocks", s.process.pid, basename_of(s.process.exe), what,
+                       s.time_s(), human_bytes(s.totals.live_bytes), s.totals.live_blocks);
+}
+
+std::string signed_count(int64_t v) { return v > 0 ? fmt::format("+{}", v) : fmt::format("{}", v); }
+
+std::string frame_location(const SymbolFrame& f) {
+    if (f.file.empty()) return "";
+    return f.line ? fmt::format("{}:{}", f.file, f.line) : f.file;
+}
+
+}  // namespace
+
+addrspace::AddressSpaceSummary summarize_snapshot(const Snapshot& s) {
+    addrspace::SummaryInputs in;
+    in.regions = s.marker.regions;
+    for (const MapRegion& r : s.marker.regions)
+        if (r.hint == hslog::RegionHint::Heap) in.heap_block_ranges.emplace_back(r.start, r.start + 1);
+    for (const ThreadStartRecord& t : s.threads)
+        if (t.stack_hi > t.stack_lo) in.thread_stacks.emplace_back(t.stack_lo, t.stack_hi);
+    in.tracked = true;
+    in.tracked_live_bytes = s.totals.live_bytes;
+    in.tracked_live_blocks = s.totals.live_blocks;
+    in.malloc = s.marker.malloc;
+    in.has_malloc = s.has_marker_data;
+    in.threads = s.marker.threads;
+    in.recorder_bytes = s.marker.recorder_bytes;
+    return addrspace::summarize(in);
+}
+
+std::string render_diff_text(const Snapshot& old_snap, const Snapshot& new_snap, const DiffResult& diff, bool color) {
+    Palette p{color};
+    std::string out;
+    out += p.bold("heapsnap diff") + "\n";
+    out += "  old: " + describe_moment(old_snap) + "\n";
+    out += "  new: " + describe_moment(new_snap) + "\n";
+    std::string total = fmt::format("{} bytes ({})  {} blocks", signed_count(diff.bytes_delta),
+                                    human_bytes_signed(diff.bytes_delta), signed_count(diff.blocks_delta));
+    out += "  total: " + (diff.bytes_delta > 0 ? p.grow(total) : diff.bytes_delta < 0 ? p.shrink(total) : total) + "\n";
+    if (old_snap.has_marker_data && new_snap.has_marker_data) {
+        auto a = summarize_snapshot(old_snap);
+        auto b = summarize_snapshot(new_snap);
+        out += "  what grew? " + addrspace::verdict(a, b) + "\n";
+    }
+    out += "\n";
+    if (diff.entries.empty()) out += "No call site changed.\n";
+    for (const DiffEntry& e : diff.entries) {
+        char sign = e.bytes_delta >= 0 ? '+' : '-';
+        uint64_t magnitude = static_cast<uint64_t>(e.bytes_delta < 0 ? -e.bytes_delta : e.bytes_delta);
+        std::string head = fmt::format("{} {:>9} ( {:>9} - {:>9} ) {:>7} {}  ({} blocks, {})", sign, magnitude, e.new_bytes,
+                                       e.old_bytes, e.new_blocks, e.kind == EntryKind::Heap ? "allocs" : "mmaps",
+                                       signed_count(e.blocks_delta), human_bytes_signed(e.bytes_delta));
+        out += (e.bytes_delta > 0 ? p.grow(head) : e.bytes_delta < 0 ? p.shrink(head) : head) + "\n";
+        for (const SymbolFrame& f : e.frames) {
+            std::string name = frame_label(f);
+            if (f.inlined) name += " [inlined]";
+            out += fmt::format("        {:<40} {:<32} {}\n", name, p.dim(frame_location(f)), p.dim(basename_of(f.module)));
+        }
+        out += "\n";
+    }
+    if (old_snap.has_marker_data && new_snap.has_marker_data) {
+        out += p.bold("Address space") + "\n";
+        out += addrspace::render_delta_text(summarize_snapshot(old_snap), summarize_snapshot(new_snap), color);
+    } else {
+        out += "Address space: not available (a moment without a marker has no address-space data)\n";
+    }
+    return out;
+}
+
+nlohmann::json frame_json(const SymbolFrame& f) {
+    return {{"function", f.function.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.function)},
+            {"file", f.file.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.file)},
+            {"line", f.line ? nlohmann::json(f.line) : nlohmann::json(nullptr)},
+            {"module", f.module},
+            {"offset", f.offset},
+            {"inlined", f.inlined}};
+}
+
+nlohmann::json moment_json(const Snapshot& s) {
+    return {{"pid", s.process.pid},
+            {"exe", s.process.exe},
+            {"label", s.marker.label},
+            {"marker_index", s.marker.index},
+            {"time_s", s.time_s()},
+            {"live_bytes", s.totals.live_bytes},
+            {"live_blocks", s.totals.live_blocks},
+            {"mmap_bytes", s.totals.mmap_bytes},
+            {"mmap_regions", s.totals.mmap_regions},
+            {"source", s.source}};
+}
+
+nlohmann::json diff_to_json(const Snapshot& old_snap, const Snapshot& new_snap, const DiffResult& diff) {
+    nlohmann::json entries = nlohmann::json::array();
+    for (const DiffEntry& e : diff.entries) {
+        nlohmann::json frames = nlohmann::json::array();
+        for (const SymbolFrame& f : e.frames) frames.push_back(frame_json(f));
+        entries.push_back({{"bytes_delta", e.bytes_delta},
+                           {"blocks_delta", e.blocks_delta},
+                           {"old_bytes", e.old_bytes},
+                           {"new_bytes", e.new_bytes},
+                           {"old_blocks", e.old_blocks},
+                           {"new_blocks", e.new_blocks},
+                           {"kind", e.kind == EntryKind::Heap ? "heap" : "mmap"},
+                           {"frames", std::move(frames)}});
+    }
+    nlohmann::json address_space = nullptr;
+    if (old_snap.has_marker_data && new_snap.has_marker_data) {
+        auto a = summarize_snapshot(old_snap);
+        auto b = summarize_snapshot(new_snap);
+        address_space = {{"old", addrspace::to_json(a)},
+                         {"new", addrspace::to_json(b)},
+                         {"delta", addrspace::delta_json(a, b)},
+                         {"verdict", addrspace::verdict(a, b)}};
+    }
+    return {{"format", "heapsnap-diff"},
+            {"version", 1},
+            {"old", moment_json(old_snap)},
+            {"new", moment_json(new_snap)},
+            {"total", {{"bytes_delta", diff.bytes_delta}, {"blocks_delta", diff.blocks_delta}}},
+            {"entries", std::move(entries)},
+            {"address_space", std::move(address_space)},
+            {"warnings", diff.warnings}};
+}
+
+std::string render_diff_csv(const DiffResult& diff) {
+    auto quote = [](const std::string& s) {
+        if (s.find_first_of(",\"\n") == std::string::npos) return s;
+        std::string q = "\"";
+        for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+        return q + "\"";
+    };
+    std::string out = "bytes_delta,blocks_delta,old_bytes,new_bytes,old_blocks,new_blocks,kind,top_frame,stack\n";
+    for (const DiffEntry& e : diff.entries) {
+        std::string stack;
+        for (const SymbolFrame& f : e.frames) {
+            if (!stack.empty()) stack += ";";
+            stack += frame_label(f);
+        }
+        std::string top = e.frames.empty() ? "" : frame_label(e.frames.front());
+        out += fmt::format("{},{},{},{},{},{},{},{},{}\n", e.bytes_delta, e.blocks_delta, e.old_bytes, e.new_bytes,
+                           e.old_blocks, e.new_blocks, e.kind == EntryKind::Heap ? "heap" : "mmap", quote(top),
+                           quote(stack));
+    }
+    return out;
+}
+
+}  // namespace heapsnap

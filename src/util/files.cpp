@@ -1,0 +1,65 @@
+#include "util/files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "util/error.h"
+
+namespace heapsnap {
+
+std::vector<uint8_t> read_file(const std::string& path) {
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw Error(path + ": " + std::strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        throw Error(path + ": not a regular file");
+    }
+    std::vector<uint8_t> data(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    while (got < data.size()) {
+        ssize_t r = read(fd, data.data() + got, data.size() - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += static_cast<size_t>(r);
+    }
+    close(fd);
+    data.resize(got);
+    return data;
+}
+
+void write_file_atomically(const std::string& path, const std::vector<uint8_t>& data) {
+    std::random_device entropy;
+    std::string tmp;
+    int fd = -1;
+    for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+        tmp = path + ".tmp" + std::to_string(entropy());
+        fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd < 0) throw Error(path + ": " + std::strerror(errno));
+    size_t done = 0;
+    while (done < data.size()) {
+        ssize_t w = write(fd, data.data() + done, data.size() - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) {
+            int err = errno;
+            close(fd);
+            unlink(tmp.c_str());
+            throw Error(path + ": " + std::strerror(err));
+        }
+        done += static_cast<size_t>(w);
+    }
+    if (close(fd) != 0 || rename(tmp.c_str(), path.c_str()) != 0) {
+        int err = errno;
+        unlink(tmp.c_str());
+        throw Error(path + ": " + std::strerror(err));
+    }
+}
+
+}  // namespace heapsnap

@@ -1,0 +1,23 @@
+// Byte counts for people: "512 B", "1.5 KiB", "24.0 MiB", "127.9 TiB".
+//
+// One format everywhere (maps, diff, markers, verdicts) so a number read in
+// one table can be compared by eye with the same number in another. Binary
+// units, because every size heapsnap prints is a multiple of a page or a
+// malloc chunk, and the kernel and allocator count in powers of two. Exact
+// below 1 KiB (where a rounded "0.5 KiB" would hide a 3-byte leak), one
+// decimal above; the unit is chosen after rounding, so 1048575 bytes prints
+// "1.0 MiB", never "1024.0 KiB".
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace heapsnap {
+
+// "0 B", "1023 B", "1.0 KiB", "1.5 MiB", up to EiB.
+std::string human_bytes(uint64_t bytes);
+
+// human_bytes with an explicit sign: "+1.5 MiB", "-512 B", and "0 B" for zero.
+std::string human_bytes_signed(int64_t bytes);
+
+}  // namespace heapsnap

@@ -1,0 +1,98 @@
+"""fork (forker.c: the child gets its own log with its own exact numbers)
+and dlopen/dlclose (dlopen_host.c + leaky_plugin.c: a leak from an unloaded
+plugin still names the plugin's function and line)."""
+
+import collections
+import os
+
+from harness import PLUGIN, HeapsnapTest, main
+
+
+class ForkTest(HeapsnapTest):
+    def test_child_has_its_own_log(self):
+        logs = self.record("forker")
+        self.assertEqual(len(logs), 2, logs)
+        info = {log: self.markers(log) for log in logs}
+        by_pid = {data["pid"]: log for log, data in info.items()}
+        self.assertEqual(len(by_pid), 2)
+        process = {log: self.dump(log)[0][1] for log in logs}
+        parents = [log for log in logs if int(process[log]["ppid"]) not in by_pid]
+        self.assertEqual(len(parents), 1, process)
+        parent = parents[0]
+        child = next(log for log in logs if log != parent)
+        parent_pid = info[parent]["pid"]
+        child_pid = info[child]["pid"]
+        self.assertEqual(int(process[child]["ppid"]), parent_pid)
+        for log, pid in ((parent, parent_pid), (child, child_pid)):
+            self.assertEqual(os.path.basename(log), "heapsnap.forker.%d.hslog" % pid)
+            self.assertTrue(info[log]["complete"])
+
+        p = self.marker(parent, "exit")
+        self.assertEqual((p["live_bytes"], p["live_blocks"]), (2050, 3))
+        c = self.marker(child, "exit")
+        self.assertEqual((c["live_bytes"], c["live_blocks"]), (9999, 3))
+        self.assertEqual(len(info[child]["markers"]), 1, "the child's markers start from 1, its own")
+        self.assertEqual(c["index"], 1)
+
+        # The child's log holds only the child's events: its 3 leaks and the
+        # free of an inherited block, which no alloc record precedes.
+        records = self.dump(child)
+        allocs = [f for kind, f in records if kind == "alloc"]
+        self.assertEqual(sorted(int(f["size"]) for f in allocs), [3333] * 3)
+        frees = [f for kind, f in records if kind == "free"]
+        self.assertEqual(len(frees), 1)
+        self.assertNotIn(frees[0]["addr"], {f["addr"] for f in allocs})
+        parent_sizes = sorted(int(f["size"]) for kind, f in self.dump(parent) if kind == "alloc")
+        self.assertEqual(parent_sizes, [50, 1000, 1000])
+
+        # Each log makes a self-contained snapshot with its own numbers.
+        for log, live in ((parent, (2050, 3)), (child, (9999, 3))):
+            snap = self.snapshot(log, "--at", "exit", "-o", self.path(os.path.basename(log) + ".hsnap"))
+            diff = self.diff(snap, snap)
+            self.assertEqual(diff["entries"], [])
+            self.assertEqual((diff["new"]["live_bytes"], diff["new"]["live_blocks"]), live)
+            self.assertEqual(diff["new"]["pid"], info[log]["pid"])
+        # Attribution in each process: parent's exit against the child's.
+        cross = self.diff(parent + "@exit", child + "@exit")
+        self.assert_site(cross, "child_leak", "forker.c", "child_leak", 9999, 3, old_bytes=0)
+        self.assert_site(cross, "parent_keep", "forker.c", "parent_keep", -2000, -2, old_bytes=2000)
+        self.assert_site(cross, "parent_after", "forker.c", "parent_after", -50, -1, old_bytes=50)
+
+
+class DlopenTest(HeapsnapTest):
+    def leak_diff(self, log, new_marker):
+        diff = self.diff(log + "@before-dlopen", log + "@" + new_marker)
+        e = self.assert_site(diff, "plugin_leak", "leaky_plugin.c", "plugin_leak", 4242, 1, old_bytes=0, old_blocks=0)
+        self.assertEqual(os.path.basename(e["frames"][0]["module"]), os.path.basename(PLUGIN))
+        self.assertEqual(e["frames"][1]["function"], "main")
+        self.assertEqual(os.path.basename(e["frames"][1]["file"]), "dlopen_host.c")
+        return diff
+
+    def test_leak_of_unloaded_plugin(self):
+        log = self.single_log("dlopen_host", PLUGIN)
+        self.leak_diff(log, "after-dlclose")
+        self.leak_diff(log, "exit")
+        # Through a snapshot file: self-contained, the plugin's module kept.
+        before = self.snapshot(log, "--at", "before-dlopen", "-o", self.path("before.hsnap"))
+        after = self.snapshot(log, "--at", "after-dlclose", "-o", self.path("after.hsnap"))
+        diff = self.diff(before, after)
+        self.assert_site(diff, "plugin_leak", "leaky_plugin.c", "plugin_leak", 4242, 1)
+
+    def test_module_records(self):
+        log = self.single_log("dlopen_host", PLUGIN)
+        records = self.dump(log)
+        plugin = [f for kind, f in records if kind == "module" and os.path.basename(f["path"]) == os.path.basename(PLUGIN)]
+        self.assertEqual(len(plugin), 1, "module records of the plugin: %s" % plugin)
+        build_id = plugin[0]["build_id"]
+        self.assertRegex(build_id, r"^[0-9a-f]{16,}$")
+        unloads = [f for kind, f in records if kind == "module-unload" and f["id"] == plugin[0]["id"]]
+        self.assertEqual(len(unloads), 1, "the plugin's dlclose is recorded")
+        kinds = [kind for kind, f in records]
+        marker_after = next(i for i, (kind, f) in enumerate(records) if kind == "marker" and f["label"] == "after-dlclose")
+        unload_at = next(i for i, (kind, f) in enumerate(records) if kind == "module-unload" and f["id"] == plugin[0]["id"])
+        self.assertLess(unload_at, marker_after, "the unload is recorded before the marker that follows dlclose")
+        self.assertEqual(collections.Counter(kinds)["end"], 1)
+
+
+if __name__ == "__main__":
+    main()

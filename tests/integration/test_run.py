@@ -1,0 +1,190 @@
+"""`heapsnap run`, plain LD_PRELOAD recording, `dump` and `markers` on
+alloc_pattern, whose every call and live byte is known (alloc_pattern.c)."""
+
+import collections
+import os
+import stat
+import subprocess
+import time
+
+from harness import PAGE, PRELOAD, Growth, HeapsnapTest, main, program
+
+# alloc_pattern.c, live at exit.
+LIVE_BYTES = 20348
+LIVE_BLOCKS = 9
+MMAP_BYTES = 6 * PAGE
+MMAP_REGIONS = 2
+# Requested sizes of the alloc records, by function.
+ALLOC_SIZES = {
+    "malloc": sorted([100, 200, 60] + [24] * 1000),
+    "calloc": [300],
+    "realloc": [50, 500],
+    "reallocarray": [128, 256],
+    "memalign": [1000],
+    "posix_memalign": [2000],
+    "aligned_alloc": [384, 8192],
+    "valloc": [3000],
+    "pvalloc": [5000],
+}
+FREES = 1005
+EVENTS = sum(len(v) for v in ALLOC_SIZES.values()) + FREES + 3 + 2
+
+
+class RunTest(HeapsnapTest):
+    def test_exit_status_and_log_path(self):
+        log = self.single_log("alloc_pattern", "7", expect=7)
+        self.assertEqual(os.path.dirname(log), os.path.realpath(self.tmp))
+        pid = self.markers(log)["pid"]
+        self.assertEqual(os.path.basename(log), "heapsnap.alloc_pattern.%d.hslog" % pid)
+        mode = os.stat(log).st_mode
+        self.assertEqual(stat.S_IMODE(mode) & 0o077, 0, "log readable by others: %o" % mode)
+        # The normal exit path ran although the status is not 0.
+        self.assertEqual(self.marker(log, "exit")["live_bytes"], LIVE_BYTES)
+
+    def test_killed_program_status(self):
+        self.single_log("sigkill_self", expect=128 + 9)
+
+    def test_output_pattern(self):
+        os.mkdir(self.path("logs"))
+        log = self.single_log("alloc_pattern", options=("-o", "logs/%e-%p.hslog"))
+        pid = self.markers(log)["pid"]
+        self.assertEqual(log, os.path.join(os.path.realpath(self.tmp), "logs", "alloc_pattern-%d.hslog" % pid))
+
+    def test_program_not_found(self):
+        result = self.heapsnap("run", "--", self.path("no-such-program"), expect=None)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("no-such-program", result.stderr)
+
+    def test_markers_exact_at_exit(self):
+        log = self.single_log("alloc_pattern")
+        data = self.markers(log)
+        self.assertEqual(data["log"], log)
+        self.assertTrue(data["complete"])
+        self.assertFalse(data["truncated"])
+        self.assertEqual(data["exe"], os.path.realpath(program("alloc_pattern")))
+        self.assertEqual(len(data["markers"]), 1, data["markers"])
+        m = data["markers"][0]
+        self.assertEqual((m["index"], m["label"], m["cause"]), (1, "exit", "exit"))
+        self.assertEqual((m["live_bytes"], m["live_blocks"]), (LIVE_BYTES, LIVE_BLOCKS))
+        self.assertEqual((m["mmap_bytes"], m["mmap_regions"]), (MMAP_BYTES, MMAP_REGIONS))
+        self.assertEqual(m["events"], EVENTS)
+        self.assertGreater(m["rss_bytes"], 0)
+        self.assertGreaterEqual(m["threads"], 1)
+        text = self.heapsnap("markers", log).stdout
+        self.assertIn("exit", text)
+
+    def test_dump_alloc_pattern(self):
+        log = self.single_log("alloc_pattern")
+        records = self.dump(log)
+        kinds = collections.Counter(kind for kind, _ in records)
+        self.assertEqual(records[0][0], "process")
+        process = records[0][1]
+        self.assertEqual(process["exe"], os.path.realpath(program("alloc_pattern")))
+        self.assertEqual(process["depth"], "64")
+        self.assertEqual(process["version"], "0.1.0")
+        self.assertEqual(records[-1][0], "end")
+        self.assertEqual(records[-1][1]["reason"], "exit")
+        self.assertEqual(records[-1][1]["events"], str(EVENTS))
+
+        sizes = collections.defaultdict(list)
+        for kind, f in records:
+            if kind == "alloc":
+                sizes[f["fn"]].append(int(f["size"]))
+        self.assertEqual({fn: sorted(v) for fn, v in sizes.items()}, {fn: sorted(v) for fn, v in ALLOC_SIZES.items()})
+        self.assertEqual(kinds["free"], FREES)
+        self.assertEqual(kinds["mmap"], 3)
+        self.assertEqual(kinds["munmap"], 2)
+        self.assertEqual(kinds["marker"], 1)
+        self.assertEqual(kinds["end"], 1)
+        # A single-threaded program: no thread records, every event on thread 0.
+        self.assertEqual(kinds["thread-start"], 0, "the recorder's own threads must not be recorded")
+        threads = {f["thread"] for kind, f in records if kind in ("alloc", "free", "mmap", "munmap")}
+        self.assertEqual(threads, {"0"})
+
+        mmaps = sorted(int(f["length"]) for kind, f in records if kind == "mmap")
+        self.assertEqual(mmaps, [2 * PAGE, 3 * PAGE, 4 * PAGE])
+        for kind, f in records:
+            if kind == "mmap":
+                self.assertEqual((f["prot"], int(f["flags"], 16)), ("3", 0x22))
+        self.assertEqual(sorted(int(f["length"]) for kind, f in records if kind == "munmap"), [PAGE, 2 * PAGE])
+
+        marker = next(f for kind, f in records if kind == "marker")
+        self.assertEqual((marker["index"], marker["cause"], marker["label"]), ("1", "exit", "exit"))
+        self.assertEqual(marker["events"], str(EVENTS))
+
+        # Stacks are defined before use; every free matches a live block
+        # (realloc is a free of the old block, then the alloc of the new one).
+        defined, live, modules = set(), set(), set()
+        exe_module = None
+        for kind, f in records:
+            if kind == "module":
+                modules.add(f["id"])
+                if f["path"] == os.path.realpath(program("alloc_pattern")):
+                    exe_module = f["id"]
+            elif kind == "stack":
+                defined.add(f["id"])
+                for frame in f["frames"].split(","):
+                    self.assertIn(frame.split(":")[0], modules | {"0"}, "frame of an undefined module")
+            elif kind in ("alloc", "mmap"):
+                self.assertIn(f["stack"], defined, "stack used before its definition")
+            if kind == "alloc":
+                self.assertNotIn(f["addr"], live)
+                live.add(f["addr"])
+            elif kind == "free":
+                self.assertIn(f["addr"], live, "free of an address that is not live")
+                live.remove(f["addr"])
+        self.assertEqual(len(live), LIVE_BLOCKS)
+        self.assertIsNotNone(exe_module, "no module record for the program")
+        # Frame 0 of the malloc(100) stack is main, in the program itself.
+        first = next(f for kind, f in records if kind == "alloc")
+        self.assertEqual((first["fn"], first["size"]), ("malloc", "100"))
+        stack = next(f for kind, f in records if kind == "stack" and f["id"] == first["stack"])
+        self.assertEqual(stack["frames"].split(",")[0].split(":")[0], exe_module)
+
+    def test_preload_without_launcher(self):
+        paths_file = self.path("paths")
+        open(paths_file, "w").close()
+        env = {"LD_PRELOAD": PRELOAD, "HEAPSNAP_OUTPUT": self.path("pre.%e.%p.hslog"), "HEAPSNAP_VERBOSE": "1",
+               "HEAPSNAP_PATHS_FILE": paths_file, "HEAPSNAP_DEPTH": "2"}
+        result = self.run_cmd([program("alloc_pattern"), "3"], expect=3, env=env)
+        lines = [l for l in result.stderr.splitlines() if l.startswith("heapsnap: recording to ")]
+        self.assertEqual(len(lines), 1, result.stderr)
+        log = lines[0][len("heapsnap: recording to "):]
+        self.assertEqual(open(paths_file).read(), log + "\n")
+        m = self.marker(log, "exit")
+        self.assertEqual((m["live_bytes"], m["live_blocks"]), (LIVE_BYTES, LIVE_BLOCKS))
+        records = self.dump(log)
+        self.assertEqual(records[0][1]["depth"], "2")
+        for kind, f in records:
+            if kind == "stack":
+                self.assertLessEqual(len(f["frames"].split(",")), 2, f)
+
+    def test_depth_option(self):
+        log = self.single_log("alloc_pattern", options=("--depth", "1"))
+        records = self.dump(log)
+        self.assertEqual(records[0][1]["depth"], "1")
+        self.assertTrue(all(len(f["frames"].split(",")) == 1 for kind, f in records if kind == "stack"))
+
+    def test_interval_markers(self):
+        growth = Growth(self, "--interval", "0.05")
+        time.sleep(0.5)
+        logs = growth.finish()
+        self.assertEqual(len(logs), 1)
+        markers = self.markers(logs[0])["markers"]
+        causes = [m["cause"] for m in markers]
+        self.assertGreaterEqual(causes.count("interval"), 4, causes)
+        self.assertEqual(causes[-1], "exit")
+        self.assertEqual([m["index"] for m in markers], list(range(1, len(markers) + 1)))
+        times = [m["time_s"] for m in markers]
+        self.assertEqual(times, sorted(times))
+
+    def test_unrecorded_program_runs_unchanged(self):
+        # The header's heapsnap_marker() is harmless without the recorder.
+        result = self.run_cmd([program("growth"), "--auto"], expect=0)
+        self.assertEqual(result.stderr, "")
+        result = self.run_cmd([program("growth")], input="mark A\nquit\n", expect=0)
+        self.assertEqual(result.stdout.splitlines()[1:], ["marked A 0", "bye"])
+
+
+if __name__ == "__main__":
+    main()
