@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#define ZSTD_STATIC_LINKING_ONLY  // ZSTD_getFrameHeader
 #include <zstd.h>
 
 #include <cerrno>
@@ -317,11 +318,12 @@ ReadSummary read_log(const std::string& path, LogVisitor& visitor) {
         size_t left = file.size() - offset;
         size_t frame_size = ZSTD_findFrameCompressedSize(frame, left);
         if (ZSTD_isError(frame_size)) {
-            // Either the writer was cut off inside this frame, or garbage.
-            // A frame header that announces a sane frame but lacks bytes is
-            // a truncation; anything else is corruption.
-            unsigned long long announced = ZSTD_getFrameContentSize(frame, left);
-            if (announced == ZSTD_CONTENTSIZE_ERROR)
+            // Either the writer was cut off inside this frame, or garbage: a
+            // frame header that is valid (or a valid beginning of one) but
+            // lacks bytes is a truncation; anything else is corruption.
+            ZSTD_frameHeader fh;
+            size_t header = ZSTD_getFrameHeader(&fh, frame, left);
+            if (ZSTD_isError(header) || (header == 0 && fh.frameType != ZSTD_frame))
                 throw Error(path + ": corrupt log: bad frame at byte " + std::to_string(offset));
             summary.truncated = true;
             break;
@@ -344,9 +346,7 @@ ReadSummary read_log(const std::string& path, LogVisitor& visitor) {
             break;
         }
     }
-    if (!decoder.has_process())
-        throw Error(path + (summary.truncated ? ": truncated heapsnap log: no complete frame"
-                                              : ": corrupt log: no process record"));
+    if (!decoder.has_process()) throw Error(path + ": truncated heapsnap log: no complete frame");
     return summary;
 }
 

@@ -5,6 +5,7 @@
 #include <zstd.h>
 
 #include <cstring>
+#include <memory>
 
 #include "format/codec.h"
 #include "util/error.h"
@@ -244,7 +245,12 @@ void write_snapshot(const std::string& path, const Snapshot& snapshot) {
     h.raw(kMagic, sizeof kMagic);
     h.u32le(kSnapshotVersion);
     h.u32le(0);
-    size_t n = ZSTD_compress(file.data() + kHeaderSize, file.size() - kHeaderSize, body.data(), body.size(), 3);
+    // With a checksum, a flipped bit is reported as corruption instead of
+    // decoding into plausible wrong numbers.
+    std::unique_ptr<ZSTD_CCtx, decltype(&ZSTD_freeCCtx)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
+    ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_compressionLevel, 3);
+    ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_checksumFlag, 1);
+    size_t n = ZSTD_compress2(cctx.get(), file.data() + kHeaderSize, file.size() - kHeaderSize, body.data(), body.size());
     if (ZSTD_isError(n)) throw Error(path + ": compression failed: " + ZSTD_getErrorName(n));
     file.resize(kHeaderSize + n);
     write_file_atomically(path, file);

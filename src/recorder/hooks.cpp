@@ -37,6 +37,7 @@
 #include "format/hslog.h"
 #include "recorder/lifecycle.h"
 #include "recorder/modules.h"
+#include "recorder/raw_alloc.h"
 #include "recorder/stack_table.h"
 #include "recorder/thread_buffer.h"
 
@@ -348,7 +349,14 @@ HEAPSNAP_EXPORT void* pvalloc(size_t size) {
 HEAPSNAP_EXPORT void* mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
     if (!ready()) return reinterpret_cast<void*>(syscall(SYS_mmap, addr, length, prot, flags, fd, offset));
     void* p = real.mmap(addr, length, prot, flags, fd, offset);
-    if (p != MAP_FAILED && (flags & MAP_ANONYMOUS) && should_record()) record_mmap(p, length, prot, flags);
+    if (p == MAP_FAILED || !(flags & MAP_ANONYMOUS)) return p;
+    if (thread_state().internal) {
+        // libunwind's caches and the like: the recorder's memory, not the program's.
+        auto start = reinterpret_cast<uint64_t>(p);
+        note_recorder_range(start, start + length);
+    } else if (should_record()) {
+        record_mmap(p, length, prot, flags);
+    }
     return p;
 }
 
@@ -388,8 +396,9 @@ HEAPSNAP_EXPORT void* mremap(void* old, size_t old_size, size_t new_size, int fl
 HEAPSNAP_EXPORT int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*routine)(void*),
                                    void* arg) {
     if (!ready()) return EAGAIN;
-    if (!recorder_active()) return real.pthread_create(thread, attr, routine, arg);
     ThreadState& t = thread_state();
+    // The recorder's own thread (created while internal) is not the program's.
+    if (t.internal || !recorder_active()) return real.pthread_create(thread, attr, routine, arg);
     t.internal++;
     auto* args = static_cast<StartArgs*>(real.malloc(sizeof(StartArgs)));
     t.internal--;

@@ -9,6 +9,7 @@
 #include "recorder/lifecycle.h"
 #include "recorder/raw_alloc.h"
 #include "recorder/thread_buffer.h"
+#include "recorder/writer.h"
 
 namespace heapsnap::recorder {
 namespace {
@@ -38,7 +39,8 @@ void put_region(const addrspace::RawRegion& r, void* ctx) {
     w.svarint(static_cast<int64_t>(r.start - sink.prev_end));
     w.varint(r.end - r.start);
     w.u8(r.perms);
-    w.u8(static_cast<uint8_t>(hslog::RegionHint::None));
+    bool ours = overlaps_recorder(r.start, r.end);
+    w.u8(static_cast<uint8_t>(ours ? hslog::RegionHint::Recorder : hslog::RegionHint::None));
     w.varint(r.offset);
     w.varint(r.inode);
     w.bytes(r.path, r.path_len);
@@ -70,6 +72,8 @@ uint32_t take_marker(hslog::MarkerCause cause, const char* label) {
         uint32_t threads = 0;
         addrspace::read_status("/proc/self/status", scratch, kScratchBytes, &rss_kb, &threads);
         w.varint(rss_kb);
+        // The program's threads: the writer thread is the recorder's.
+        if (writer_running() && threads > 0) threads--;
         w.varint(threads);
         w.varint(raw_mapped_bytes());
         struct mallinfo2 mi = mallinfo2();

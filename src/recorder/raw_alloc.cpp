@@ -6,10 +6,38 @@
 
 #include <atomic>
 
+#include "recorder/spinlock.h"
+
 namespace heapsnap::recorder {
 namespace {
 
 std::atomic<uint64_t> g_mapped{0};
+
+// The live recorder ranges. Few and long-lived (rings, tables, buffers);
+// a full table only costs precision of the marker's Recorder row.
+constexpr size_t kMaxRanges = 4096;
+struct Range {
+    uint64_t start;
+    uint64_t end;
+};
+SpinLock g_ranges_lock;
+Range g_ranges[kMaxRanges];
+size_t g_range_count = 0;
+
+void add_range(uint64_t start, uint64_t end) {
+    LockGuard guard(g_ranges_lock);
+    if (g_range_count < kMaxRanges) g_ranges[g_range_count++] = Range{start, end};
+}
+
+void remove_range(uint64_t start) {
+    LockGuard guard(g_ranges_lock);
+    for (size_t i = 0; i < g_range_count; ++i) {
+        if (g_ranges[i].start == start) {
+            g_ranges[i] = g_ranges[--g_range_count];
+            return;
+        }
+    }
+}
 
 size_t page_round(size_t bytes) {
     const size_t page = 4096;
@@ -19,23 +47,36 @@ size_t page_round(size_t bytes) {
 }  // namespace
 
 // The syscall is used instead of mmap() because mmap itself is interposed
-// (direct anonymous mmaps of the program are recorded).
+// (direct anonymous mmaps of the program are recorded). MAP_NORESERVE keeps
+// the kernel from merging these mappings with the program's own anonymous
+// ones (different flags), so /proc shows the recorder's memory apart.
 void* raw_map(size_t bytes) {
     bytes = page_round(bytes);
-    long r = syscall(SYS_mmap, nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    long r = syscall(SYS_mmap, nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (r < 0 && r > -4096) return nullptr;
     void* p = reinterpret_cast<void*>(r);
     if (p == MAP_FAILED) return nullptr;
     g_mapped.fetch_add(bytes, std::memory_order_relaxed);
+    add_range(reinterpret_cast<uint64_t>(p), reinterpret_cast<uint64_t>(p) + bytes);
     return p;
 }
 
 void raw_unmap(void* p, size_t bytes) {
     if (!p) return;
     bytes = page_round(bytes);
+    remove_range(reinterpret_cast<uint64_t>(p));
     syscall(SYS_munmap, p, bytes);
     g_mapped.fetch_sub(bytes, std::memory_order_relaxed);
 }
+
+bool overlaps_recorder(uint64_t start, uint64_t end) {
+    LockGuard guard(g_ranges_lock);
+    for (size_t i = 0; i < g_range_count; ++i)
+        if (g_ranges[i].start < end && start < g_ranges[i].end) return true;
+    return false;
+}
+
+void note_recorder_range(uint64_t start, uint64_t end) { add_range(start, end); }
 
 uint64_t raw_mapped_bytes() { return g_mapped.load(std::memory_order_relaxed); }
 

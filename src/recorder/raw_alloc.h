@@ -20,6 +20,13 @@ void raw_unmap(void* p, size_t bytes);
 // Bytes currently mapped through raw_map.
 uint64_t raw_mapped_bytes();
 
+// Whether [start, end) overlaps memory the recorder holds (its mappings and
+// the writer thread's stack), so markers can show it as the recorder's own
+// row instead of the program's anonymous memory.
+bool overlaps_recorder(uint64_t start, uint64_t end);
+// Registers memory the recorder did not map itself (the writer's stack).
+void note_recorder_range(uint64_t start, uint64_t end);
+
 // Small-object allocator for zstd's customMem: each block carries its size
 // in a header and is mapped on its own (zstd allocates a handful of
 // contexts once, so there is no point in a free list).

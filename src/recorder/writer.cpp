@@ -34,6 +34,7 @@ constexpr size_t kFrameBufferBytes = 16u << 20;  // a frame's payload plus one m
 constexpr uint64_t kFlushIntervalNs = 100'000'000;
 constexpr int kIdleWaitMs = 50;
 constexpr int kZstdLevel = 3;
+constexpr size_t kWriterStackBytes = 512u << 10;
 
 struct Cursor {
     ThreadRing* ring;
@@ -503,9 +504,17 @@ bool writer_start_thread() {
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
+    // The writer runs on a stack of our own mapping: it shows as recorder
+    // memory, and no malloc arena is ever created for the writer thread
+    // (it never calls malloc).
+    void* stack = raw_map(kWriterStackBytes);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    if (stack) pthread_attr_setstack(&attr, stack, kWriterStackBytes);
     thread_state().internal++;
-    int err = pthread_create(&g_thread, nullptr, writer_main, nullptr);
+    int err = pthread_create(&g_thread, &attr, writer_main, nullptr);
     thread_state().internal--;
+    pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     if (err) return false;
     g_running.store(true);

@@ -6,6 +6,7 @@
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
+#include <gelf.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -218,11 +219,31 @@ bool add_inlined_frames(Dwfl_Module* module, uint64_t vaddr, std::vector<SymbolF
     return false;
 }
 
+// Return addresses only ever point into code. Anything else (address 0,
+// data) could still hit DWARF left behind for functions the linker
+// discarded, whose ranges start at 0: such an address gets no name.
+bool in_executable_segment(Dwfl_Module* module, uint64_t vaddr)
+{
+    GElf_Addr bias = 0;
+    Elf* elf = dwfl_module_getelf(module, &bias);
+    size_t count = 0;
+    if (!elf || elf_getphdrnum(elf, &count) != 0) return false;
+    for (size_t i = 0; i < count; ++i) {
+        GElf_Phdr header;
+        if (!gelf_getphdr(elf, static_cast<int>(i), &header)) continue;
+        uint64_t start = header.p_vaddr + bias;
+        if (header.p_type == PT_LOAD && (header.p_flags & PF_X) && vaddr >= start && vaddr < start + header.p_memsz)
+            return true;
+    }
+    return false;
+}
+
 // frames.back() is always the real function; DWARF adds the inlined frames
 // in front of it where there are any.
 std::vector<SymbolFrame> resolve(Dwfl_Module* module, uint64_t vaddr)
 {
     std::vector<SymbolFrame> frames(1);
+    if (!in_executable_segment(module, vaddr)) return frames;
     set_line_table_location(module, vaddr, frames[0]);
     Dwarf_Die subprogram;
     bool in_subprogram = add_inlined_frames(module, vaddr, frames, subprogram);

@@ -1,1 +1,122 @@
-raise SystemExit('not written yet')
+"""Bad input gives exit status 1 and one line 'heapsnap: error: ...' (never
+a stack trace, never an abort); bad usage gives exit status 2."""
+
+import os
+import struct
+import subprocess
+
+from harness import HeapsnapTest, main
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+class InputErrorTest(HeapsnapTest):
+    def log(self):
+        return self.single_log("alloc_pattern")
+
+    def write(self, name, data):
+        path = self.path(name)
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
+
+    def assert_log_error(self, path, needle):
+        """Every command that reads a log rejects `path` the same way."""
+        for args in (["markers", path], ["dump", path], ["snapshot", path, "-o", self.path("x.hsnap")],
+                     ["diff", path + "@exit", path + "@exit"]):
+            self.assert_error(args, needle)
+        self.assertFalse(os.path.exists(self.path("x.hsnap")), "a failed snapshot left a file")
+
+    def test_missing_file(self):
+        missing = self.path("nope.hslog")
+        self.assert_log_error(missing, missing + ": No such file or directory")
+        snap = self.path("nope.hsnap")
+        self.assert_error(["diff", snap, snap], snap + ": No such file or directory")
+
+    def test_not_a_log(self):
+        self.assert_log_error(self.write("empty.hslog", b""), "not a heapsnap log (bad magic)")
+        self.assert_log_error(self.write("text.hslog", b"NOTHEAPSNAP, just some text\n" * 4),
+                              "not a heapsnap log (bad magic)")
+        self.assert_error(["markers", self.tmp], self.tmp)
+
+    def test_other_version(self):
+        data = bytearray(open(self.log(), "rb").read())
+        self.assertEqual(bytes(data[:8]), b"HEAPSNAP")
+        self.assertEqual(struct.unpack_from("<I", data, 8)[0], 1)
+        struct.pack_into("<I", data, 8, 2)
+        self.assert_log_error(self.write("v2.hslog", bytes(data)), "unsupported log format version 2")
+
+    def test_truncated_and_corrupt(self):
+        data = open(self.log(), "rb").read()
+        self.assert_log_error(self.write("header.hslog", data[:10]), "truncated")
+        self.assert_log_error(self.write("frame.hslog", data[:40]), "truncated")
+        # The last byte of the first frame is part of its checksum.
+        second = data.find(ZSTD_MAGIC, 17)
+        self.assertGreater(second, 16)
+        bad = bytearray(data)
+        bad[second - 1] ^= 0xFF
+        self.assert_log_error(self.write("checksum.hslog", bytes(bad)), "corrupt")
+        # Garbage after the last frame is corruption, not truncation.
+        self.assert_log_error(self.write("garbage.hslog", data + b"\x01\x02\x03\x04garbage" * 3), "corrupt")
+
+    def test_bad_snapshots(self):
+        log = self.log()
+        good = self.snapshot(log, "-o", self.path("good.hsnap"))
+        data = open(good, "rb").read()
+        cases = {
+            "empty.hsnap": b"",
+            "magic.hsnap": b"NOTASNAP" + data[8:],
+            "half.hsnap": data[: len(data) // 2],
+            "header.hsnap": data[:12],
+        }
+        newer = bytearray(data)
+        struct.pack_into("<I", newer, 8, struct.unpack_from("<I", newer, 8)[0] + 1)
+        cases["newer.hsnap"] = bytes(newer)
+        for name, content in cases.items():
+            path = self.write(name, content)
+            self.assert_error(["diff", path, good], name)
+            self.assert_error(["diff", good, path], name)
+        self.assert_error(["diff", self.path("newer.hsnap"), good], "version")
+        # A snapshot is not a log.
+        self.assert_error(["markers", good], "not a heapsnap log")
+
+    def test_unknown_marker(self):
+        log = self.log()
+        self.assert_error(["snapshot", log, "--at", "nosuch", "-o", self.path("x.hsnap")], "no marker")
+        self.assert_error(["snapshot", log, "--at", "99", "-o", self.path("x.hsnap")], "no marker")
+        self.assert_error(["diff", log + "@nosuch", log + "@exit"], "no marker")
+        self.assert_error(["diff", log + "@exit", log + "@7"], "no marker")
+
+    def test_snapshot_of_pid(self):
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        self.assert_error(["snapshot", str(dead.pid), "-o", self.path("x.hsnap")], "no process with PID")
+        plain = subprocess.Popen(["sleep", "60"])
+        self.addCleanup(plain.wait)
+        self.addCleanup(plain.kill)
+        self.assert_error(["snapshot", str(plain.pid), "-o", self.path("x.hsnap"), "--timeout", "5"],
+                          "is not recorded by heapsnap")
+        self.assertFalse(os.path.exists(self.path("x.hsnap")))
+
+
+class UsageErrorTest(HeapsnapTest):
+    def test_usage_errors(self):
+        for args in ([], ["--bogus"], ["frobnicate"], ["markers"], ["markers", "x.hslog", "--format", "xml"],
+                     ["dump"], ["dump", "x.hslog", "--bogus"], ["diff", "a.hsnap"],
+                     ["diff", "a.hsnap", "b.hsnap", "--group-by", "nothing"],
+                     ["diff", "a.hsnap", "b.hsnap", "--format", "yaml"], ["diff", "a.hsnap", "b.hsnap", "--top", "x"],
+                     ["snapshot"], ["run"], ["run", "--depth", "0", "--", "true"],
+                     ["run", "--interval", "-1", "--", "true"]):
+            result = self.heapsnap(*args, expect=None)
+            self.assertEqual(result.returncode, 2, "heapsnap %s: %s" % (" ".join(args), result.stderr))
+            self.assertTrue(result.stderr.startswith("heapsnap: error: "), "heapsnap %s: %s" % (" ".join(args),
+                                                                                            result.stderr))
+            self.assertNotIn("terminate called", result.stderr)
+
+    def test_help_and_version(self):
+        self.assertIn("snapshot", self.heapsnap("--help").stdout)
+        self.assertEqual(self.heapsnap("--version").stdout.strip(), "heapsnap 0.1.0")
+
+
+if __name__ == "__main__":
+    main()

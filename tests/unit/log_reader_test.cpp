@@ -1,1 +1,232 @@
-// filled below
+// Reading .hslog files: record decoding with stream state, truncation,
+// corruption, versions; and replay exactness on hand-made event orders.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "format/log_reader.h"
+#include "log_test_util.h"
+#include "replay/marker_select.h"
+#include "replay/replay.h"
+#include "util/error.h"
+
+using namespace heapsnap;
+using test::LogBuilder;
+using test::TempFile;
+
+namespace {
+
+struct Collect : LogVisitor {
+    std::vector<std::string> lines;
+    void on_process(const ProcessInfo& p) override {
+        lines.push_back("process " + std::to_string(p.pid) + " " + p.exe + " argv=" + std::to_string(p.argv.size()));
+    }
+    void on_stack(uint32_t id, std::span<const StackFrame> f) override {
+        lines.push_back("stack " + std::to_string(id) + " n=" + std::to_string(f.size()));
+    }
+    void on_alloc(const AllocEvent& e) override {
+        lines.push_back("alloc t=" + std::to_string(e.time_ns) + " thread=" + std::to_string(e.thread) +
+                        " addr=" + std::to_string(e.address) + " size=" + std::to_string(e.size) +
+                        " stack=" + std::to_string(e.stack));
+    }
+    void on_free(const FreeEvent& e) override {
+        lines.push_back("free t=" + std::to_string(e.time_ns) + " thread=" + std::to_string(e.thread) +
+                        " addr=" + std::to_string(e.address));
+    }
+    void on_marker(const MarkerRecord& m) override {
+        lines.push_back("marker " + std::to_string(m.index) + " " + m.label + " events=" + std::to_string(m.events));
+    }
+    void on_end(const EndRecord& e) override { lines.push_back("end events=" + std::to_string(e.events)); }
+};
+
+std::string expect_error(const std::string& path) {
+    Collect c;
+    try {
+        read_log(path, c);
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("log reader: records decode with time, address and thread state across frames") {
+    LogBuilder b;
+    b.process();
+    b.stack(1, {{0, 0x10}, {0, 0x20}});
+    b.alloc(1100, 0x5000, 100, 1);
+    b.thread(1);
+    b.alloc(1150, 0x4000, 8, 1);
+    b.frame();
+    b.free_(1200, 0x5000);
+    b.marker(1300, 1, "A");
+    b.end(1400);
+    b.frame();
+    TempFile f{b.write()};
+    Collect c;
+    ReadSummary s = read_log(f.path, c);
+    CHECK(s.frames == 2);
+    CHECK(s.events == 3);
+    CHECK(s.complete);
+    CHECK_FALSE(s.truncated);
+    std::vector<std::string> expected = {
+        "process 42 /bin/prog argv=2",
+        "stack 1 n=2",
+        "alloc t=1100 thread=0 addr=20480 size=100 stack=1",
+        "alloc t=1150 thread=1 addr=16384 size=8 stack=1",
+        "free t=1200 thread=1 addr=20480",
+        "marker 1 A events=3",
+        "end events=3",
+    };
+    CHECK(c.lines == expected);
+}
+
+TEST_CASE("log reader: a file cut inside a frame reads up to the last complete frame") {
+    LogBuilder b;
+    b.process();
+    b.stack(1, {{0, 0x10}});
+    b.alloc(1100, 0x5000, 100, 1);
+    b.frame();
+    size_t first = b.bytes().size();
+    for (int i = 0; i < 50; ++i) b.alloc(1200 + i, 0x6000 + 16 * i, 16, 1);
+    b.frame();
+    for (size_t cut : {first, first + 1, first + 7, b.bytes().size() - 1}) {
+        std::vector<uint8_t> bytes(b.bytes().begin(), b.bytes().begin() + static_cast<long>(cut));
+        TempFile f{b.write(bytes)};
+        Collect c;
+        ReadSummary s = read_log(f.path, c);
+        CHECK(s.frames == 1);
+        CHECK(s.events == 1);
+        CHECK(s.truncated == (cut != first));
+        CHECK_FALSE(s.complete);
+        CHECK(s.bytes_read == first);
+    }
+}
+
+TEST_CASE("log reader: bad input is refused with one clear message") {
+    TempFile empty{LogBuilder().write(std::vector<uint8_t>{})};
+    CHECK(expect_error(empty.path) == empty.path + ": not a heapsnap log (bad magic)");
+
+    TempFile text{LogBuilder().write(std::vector<uint8_t>{'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd', '!', '!', '!', '!', '!'})};
+    CHECK(expect_error(text.path) == text.path + ": not a heapsnap log (bad magic)");
+
+    LogBuilder newer;
+    newer.header(2);
+    newer.process();
+    newer.frame();
+    TempFile v2{newer.write()};
+    CHECK(expect_error(v2.path) == v2.path + ": unsupported log format version 2 (this heapsnap reads version 1)");
+
+    LogBuilder header_only;
+    TempFile h{header_only.write()};
+    CHECK(expect_error(h.path) == h.path + ": truncated heapsnap log: no complete frame");
+
+    LogBuilder half_header;
+    std::vector<uint8_t> cut(half_header.bytes().begin(), half_header.bytes().begin() + 10);
+    TempFile hh{half_header.write(cut)};
+    CHECK(expect_error(hh.path) == hh.path + ": truncated heapsnap log: the header is incomplete");
+
+    std::vector<uint8_t> garbage = LogBuilder().bytes();
+    for (int i = 0; i < 64; ++i) garbage.push_back(static_cast<uint8_t>(i * 37));
+    TempFile g{LogBuilder().write(garbage)};
+    CHECK(expect_error(g.path).find("corrupt log: bad frame at byte 16") != std::string::npos);
+
+    LogBuilder no_process;
+    no_process.stack(1, {{0, 1}});
+    no_process.frame();
+    TempFile np{no_process.write()};
+    CHECK(expect_error(np.path) == np.path + ": corrupt log: no process record first");
+
+    LogBuilder bad_tag;
+    bad_tag.process();
+    bad_tag.raw_record({0x66});
+    bad_tag.frame();
+    TempFile bt{bad_tag.write()};
+    CHECK(expect_error(bt.path) == bt.path + ": corrupt log: unknown record tag 102");
+
+    LogBuilder cut_record;
+    cut_record.process();
+    cut_record.raw_record({0x10, 0x00, 0x05});
+    cut_record.frame();
+    TempFile cr{cut_record.write()};
+    CHECK(expect_error(cr.path) == cr.path + ": corrupt log: truncated or malformed record in the frame at byte 16");
+
+    CHECK(expect_error("/nonexistent/x.hslog") == "/nonexistent/x.hslog: No such file or directory");
+}
+
+TEST_CASE("replay: an address freed on one thread and reused by another replays exactly") {
+    LogBuilder b;
+    b.process();
+    b.stack(1, {{0, 0x10}});
+    b.stack(2, {{0, 0x20}});
+    b.thread(0);
+    b.alloc(1100, 0x5000, 100, 1);
+    b.free_(1200, 0x5000);
+    b.thread(1);
+    b.alloc(1201, 0x5000, 40, 2);
+    b.thread(0);
+    b.alloc(1300, 0x6000, 7, 1);
+    b.free_(1400, 0x7777);  // never allocated: counted, ignored
+    b.marker(1500, 1, "A");
+    b.frame();
+    TempFile f{b.write()};
+    Moment m = parse_moment("A");
+    Snapshot s = snapshot_at(f.path, m);
+    CHECK(s.totals.live_bytes == 47);
+    CHECK(s.totals.live_blocks == 2);
+    CHECK(s.totals.untracked_frees == 1);
+    REQUIRE(s.entries.size() == 2);
+    CHECK(s.entries[0].stack == 1);
+    CHECK(s.entries[0].bytes == 7);
+    CHECK(s.entries[1].stack == 2);
+    CHECK(s.entries[1].bytes == 40);
+    CHECK(s.totals.peak_bytes == 100);
+}
+
+TEST_CASE("replay: partial munmap splits a mapping") {
+    LogBuilder b;
+    b.process();
+    b.stack(1, {{0, 0x10}});
+    b.mmap(1100, 0x10000, 0x4000, 1);
+    b.munmap(1200, 0x11000, 0x1000);
+    b.marker(1300, 1, "A");
+    b.munmap(1400, 0x10000, 0x4000);
+    b.marker(1500, 2, "B");
+    b.frame();
+    TempFile f{b.write()};
+    Snapshot a = snapshot_at(f.path, parse_moment("A"));
+    CHECK(a.totals.mmap_bytes == 0x3000);
+    CHECK(a.totals.mmap_regions == 2);
+    REQUIRE(a.entries.size() == 1);
+    CHECK(a.entries[0].kind == EntryKind::Mmap);
+    CHECK(a.entries[0].blocks == 2);
+    Snapshot bsnap = snapshot_at(f.path, parse_moment("2"));
+    CHECK(bsnap.totals.mmap_bytes == 0);
+    CHECK(bsnap.entries.empty());
+}
+
+TEST_CASE("moments: peak, time offsets, missing markers") {
+    LogBuilder b;
+    b.process();
+    b.stack(1, {{0, 0x10}});
+    b.alloc(1000 + 1000000000ull, 0x5000, 100, 1);  // at 1.0 s
+    b.alloc(1000 + 2000000000ull, 0x6000, 50, 1);   // at 2.0 s
+    b.free_(1000 + 3000000000ull, 0x5000);          // at 3.0 s
+    b.marker(1000 + 4000000000ull, 1, "exit", hslog::MarkerCause::Exit);
+    b.frame();
+    TempFile f{b.write()};
+    CHECK(snapshot_at(f.path, parse_moment("peak")).totals.live_bytes == 150);
+    CHECK(snapshot_at(f.path, parse_moment("1.5s")).totals.live_bytes == 100);
+    CHECK(snapshot_at(f.path, parse_moment("2.5s")).totals.live_bytes == 150);
+    CHECK(snapshot_at(f.path, parse_moment("exit")).totals.live_bytes == 50);
+    CHECK(snapshot_at(f.path, parse_moment("end")).totals.live_bytes == 50);
+    try {
+        snapshot_at(f.path, parse_moment("warm"));
+        FAIL("expected an error");
+    } catch (const Error& e) {
+        CHECK(std::string(e.what()) == f.path + ": no marker \"warm\"; markers: 1 \"exit\"");
+    }
+    CHECK_THROWS_AS(parse_moment("0"), Error);
+}

@@ -1,1 +1,97 @@
-// filled below
+// .hsnap round trip and refusal of damaged files.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <iterator>
+
+#include "format/snapshot_file.h"
+#include "log_test_util.h"
+#include "util/error.h"
+#include "util/files.h"
+
+using namespace heapsnap;
+
+namespace {
+
+Snapshot sample() {
+    Snapshot s;
+    s.process.pid = 77;
+    s.process.exe = "/usr/bin/app";
+    s.process.argv = {"app", "--x"};
+    s.process.start_ns = 500;
+    s.marker.time_ns = 2500000500;
+    s.marker.index = 3;
+    s.marker.label = "after warm-up";
+    s.marker.malloc.uordblks = 1234;
+    MapRegion r;
+    r.start = 0x1000;
+    r.end = 0x3000;
+    r.perms = 3;
+    r.path = "[heap]";
+    r.rss_kb = 8;
+    s.marker.regions.push_back(r);
+    s.has_marker_data = true;
+    s.totals.live_bytes = 4800;
+    s.totals.live_blocks = 100;
+    s.modules.push_back(SnapshotModule{ModuleRecord{1, 0, 0x400000, 0x400000, 0x500000, "/usr/bin/app", "\x01\x02"}, true});
+    s.stacks[9] = {StackFrame{1, 0x1234}, StackFrame{1, 0x5678}};
+    s.entries.push_back(SnapshotEntry{9, EntryKind::Heap, 4800, 100, 10, 20});
+    return s;
+}
+
+std::string error_of(const std::string& path) {
+    try {
+        read_snapshot(path);
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("snapshot: write then read gives the same content") {
+    test::TempFile f{"/tmp/heapsnap-snapshot-test.hsnap"};
+    write_snapshot(f.path, sample());
+    Snapshot s = read_snapshot(f.path);
+    CHECK(s.process.pid == 77);
+    CHECK(s.process.argv == std::vector<std::string>{"app", "--x"});
+    CHECK(s.marker.label == "after warm-up");
+    CHECK(s.time_s() == doctest::Approx(2.5));
+    CHECK(s.marker.malloc.uordblks == 1234);
+    REQUIRE(s.marker.regions.size() == 1);
+    CHECK(s.marker.regions[0].path == "[heap]");
+    CHECK(s.marker.regions[0].end == 0x3000);
+    CHECK(s.modules[0].record.build_id == "\x01\x02");
+    CHECK(s.stacks.at(9)[1].vaddr == 0x5678);
+    REQUIRE(s.entries.size() == 1);
+    CHECK(s.entries[0].bytes == 4800);
+    CHECK(s.entries[0].blocks == 100);
+    CHECK(looks_like_snapshot(f.path));
+}
+
+TEST_CASE("snapshot: damaged files give one clear error") {
+    test::TempFile f{"/tmp/heapsnap-snapshot-bad.hsnap"};
+    write_snapshot(f.path, sample());
+    std::vector<uint8_t> good = read_file(f.path);
+
+    auto put = [&](const std::vector<uint8_t>& bytes) {
+        std::ofstream out(f.path, std::ios::binary | std::ios::trunc);
+        out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<long>(bytes.size()));
+    };
+    put({});
+    CHECK(error_of(f.path) == f.path + ": not a heapsnap snapshot (bad magic)");
+    put(std::vector<uint8_t>(good.begin(), good.begin() + 12));
+    CHECK(error_of(f.path) == f.path + ": truncated snapshot: the header is incomplete");
+    put(std::vector<uint8_t>(good.begin(), good.end() - 5));
+    CHECK(error_of(f.path) == f.path + ": truncated snapshot");
+    std::vector<uint8_t> v9 = good;
+    v9[8] = 9;
+    put(v9);
+    CHECK(error_of(f.path) == f.path + ": unsupported snapshot format version 9 (this heapsnap reads version 1)");
+    std::vector<uint8_t> flipped = good;
+    flipped[flipped.size() / 2] ^= 0xff;
+    put(flipped);
+    CHECK(error_of(f.path).find(f.path + ": corrupt snapshot") == 0);
+    CHECK(error_of("/nonexistent.hsnap") == "/nonexistent.hsnap: No such file or directory");
+}

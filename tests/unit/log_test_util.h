@@ -1,0 +1,162 @@
+// Builds .hslog files in memory with the recorder's own encoders, for the
+// reader, replay and snapshot tests.
+#pragma once
+
+#include <stdlib.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "format/hslog.h"
+
+namespace heapsnap::test {
+
+// Records accumulate in the current frame; frame() closes it.
+class LogBuilder {
+public:
+    LogBuilder() { header(hslog::kLogVersion); }
+
+    void header(uint32_t version) {
+        file_.clear();
+        uint8_t h[hslog::kHeaderSize];
+        codec::Writer w(h, sizeof h);
+        w.raw(hslog::kMagic, sizeof hslog::kMagic);
+        w.u32le(version);
+        w.u32le(0);
+        file_.insert(file_.end(), h, h + sizeof h);
+    }
+
+    // Start time 1000 ns; pid 42; exe /bin/prog.
+    void process() {
+        codec::Writer w = room();
+        w.u8(static_cast<uint8_t>(hslog::Tag::Process));
+        w.str("test");
+        w.varint(42);
+        w.varint(1);
+        w.varint(1000);
+        w.varint(5);
+        w.varint(1000);
+        w.varint(4096);
+        w.u8(0);
+        w.varint(64);
+        w.str("/bin/prog");
+        w.bytes("prog\0-x", 7);
+        done(w);
+    }
+    void stack(uint32_t id, std::vector<std::pair<uint32_t, uint64_t>> frames) {
+        codec::Writer w = room();
+        hslog::put_stack_header(w, id, static_cast<uint32_t>(frames.size()));
+        for (auto [m, v] : frames) hslog::put_stack_frame(w, m, v);
+        done(w);
+    }
+    void module(uint32_t id, const char* path, uint64_t bias) {
+        codec::Writer w = room();
+        hslog::put_module_load(w, 0, id, bias, bias, bias + 0x1000, path, strlen(path), nullptr, 0);
+        done(w);
+    }
+    void thread(uint32_t index) {
+        codec::Writer w = room();
+        hslog::put_thread(w, index);
+        done(w);
+    }
+    void alloc(uint64_t t, uint64_t addr, uint64_t size, uint32_t stack) {
+        codec::Writer w = room();
+        hslog::put_alloc(w, hslog::AllocFn::Malloc, t - now_, static_cast<int64_t>(addr - addr_), size, stack);
+        now_ = t;
+        addr_ = addr;
+        done(w);
+    }
+    void free_(uint64_t t, uint64_t addr) {
+        codec::Writer w = room();
+        hslog::put_free(w, t - now_, static_cast<int64_t>(addr - addr_));
+        now_ = t;
+        addr_ = addr;
+        done(w);
+    }
+    void mmap(uint64_t t, uint64_t addr, uint64_t length, uint32_t stack) {
+        codec::Writer w = room();
+        hslog::put_mmap(w, t - now_, static_cast<int64_t>(addr - addr_), length, 3, 0x22, stack);
+        now_ = t;
+        addr_ = addr;
+        done(w);
+    }
+    void munmap(uint64_t t, uint64_t addr, uint64_t length) {
+        codec::Writer w = room();
+        hslog::put_munmap(w, t - now_, static_cast<int64_t>(addr - addr_), length);
+        now_ = t;
+        addr_ = addr;
+        done(w);
+    }
+    // A marker without regions.
+    void marker(uint64_t t, uint32_t index, const char* label, hslog::MarkerCause cause = hslog::MarkerCause::User) {
+        codec::Writer w = room();
+        w.u8(static_cast<uint8_t>(hslog::Tag::Marker));
+        w.varint(t - now_);
+        now_ = t;
+        w.varint(0);
+        w.varint(events_);
+        w.varint(index);
+        w.u8(static_cast<uint8_t>(cause));
+        w.str(label);
+        for (int i = 0; i < 3 + 7; ++i) w.varint(i);
+        w.u32le(0);
+        done(w);
+    }
+    void end(uint64_t t) {
+        codec::Writer w = room();
+        hslog::put_end(w, t - now_, hslog::EndReason::Exit, events_);
+        now_ = t;
+        done(w);
+    }
+    void raw_record(const std::vector<uint8_t>& bytes) { frame_.insert(frame_.end(), bytes.begin(), bytes.end()); }
+
+    // Compresses the records so far into one zstd frame.
+    void frame() {
+        std::vector<uint8_t> out(ZSTD_compressBound(frame_.size()));
+        size_t n = ZSTD_compress(out.data(), out.size(), frame_.data(), frame_.size(), 1);
+        file_.insert(file_.end(), out.begin(), out.begin() + n);
+        frame_.clear();
+    }
+
+    const std::vector<uint8_t>& bytes() const { return file_; }
+
+    std::string write(const std::vector<uint8_t>& bytes) const {
+        char path[] = "/tmp/heapsnap-test-XXXXXX";
+        int fd = mkstemp(path);
+        if (fd >= 0) {
+            ssize_t ignored = ::write(fd, bytes.data(), bytes.size());
+            (void)ignored;
+            close(fd);
+        }
+        return path;
+    }
+    std::string write() const { return write(file_); }
+
+private:
+    codec::Writer room() {
+        scratch_.assign(4096, 0);
+        return codec::Writer(scratch_.data(), scratch_.size());
+    }
+    void done(const codec::Writer& w) {
+        frame_.insert(frame_.end(), scratch_.data(), scratch_.data() + w.size());
+        if (scratch_[0] >= 0x10 && scratch_[0] < 0x14) events_++;
+    }
+
+    std::vector<uint8_t> file_;
+    std::vector<uint8_t> frame_;
+    std::vector<uint8_t> scratch_;
+    uint64_t now_ = 1000;
+    uint64_t addr_ = 0;
+    uint64_t events_ = 0;
+};
+
+// Deletes the file at scope exit.
+struct TempFile {
+    std::string path;
+    ~TempFile() { unlink(path.c_str()); }
+};
+
+}  // namespace heapsnap::test
