@@ -121,7 +121,7 @@ void control_open() {
         close(fd);
         return;
     }
-    g_listen = fd;
+    g_listen = move_fd_high(fd);
 }
 
 void control_close() {

@@ -40,6 +40,7 @@
 #include "recorder/raw_alloc.h"
 #include "recorder/stack_table.h"
 #include "recorder/thread_buffer.h"
+#include "recorder/writer.h"
 
 #define HEAPSNAP_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -65,6 +66,8 @@ struct Real {
     int (*munmap)(void*, size_t);
     void* (*mremap)(void*, size_t, size_t, int, void*);
     int (*pthread_create)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+    int (*close)(int);
+    int (*close_range)(unsigned, unsigned, int);
     int (*execve)(const char*, char* const[], char* const[]);
     int (*execv)(const char*, char* const[]);
     int (*execvp)(const char*, char* const[]);
@@ -114,6 +117,8 @@ void resolve() {
     lookup(real.munmap, "munmap");
     lookup(real.mremap, "mremap");
     lookup(real.pthread_create, "pthread_create");
+    lookup(real.close, "close");
+    lookup(real.close_range, "close_range");
     lookup(real.execve, "execve");
     lookup(real.execv, "execv");
     lookup(real.execvp, "execvp");
@@ -389,6 +394,36 @@ HEAPSNAP_EXPORT void* mremap(void* old, size_t old_size, size_t new_size, int fl
             record_mmap(old, old_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS);
     }
     return p;
+}
+
+// ---- descriptors -------------------------------------------------------------
+// A program that closes every descriptor (daemons, sandboxes) must not take
+// the log with it: closing one of the recorder's descriptors reports
+// success and leaves it open.
+
+HEAPSNAP_EXPORT int close(int fd) {
+    if (!ready()) return static_cast<int>(syscall(SYS_close, fd));
+    if (is_recorder_fd(fd)) return 0;
+    return real.close(fd);
+}
+
+HEAPSNAP_EXPORT int close_range(unsigned first, unsigned last, int flags) {
+    if (!ready() || !real.close_range) return static_cast<int>(syscall(SYS_close_range, first, last, flags));
+    // Close the pieces around the recorder's descriptors.
+    int ours[kMaxRecorderFds];
+    int n = recorder_fds(ours);
+    unsigned from = first;
+    for (int i = 0; i < n; ++i) {
+        auto fd = static_cast<unsigned>(ours[i]);
+        if (fd < from || fd > last) continue;
+        if (fd > from) {
+            int r = real.close_range(from, fd - 1, flags);
+            if (r != 0) return r;
+        }
+        from = fd + 1;
+    }
+    if (from > last || from == 0) return 0;  // from == 0: wrapped past UINT_MAX
+    return real.close_range(from, last, flags);
 }
 
 // ---- threads and exec ------------------------------------------------------------

@@ -38,6 +38,9 @@ enum State : int { Uninitialized, Initializing, Active, Disabled, ShutDown, Fork
 std::atomic<int> g_state{Uninitialized};
 Config g_config;
 uint64_t g_start_ns = 0;
+// The process the recorder state belongs to. A vfork child shares our
+// memory but not our pid: it must not touch the parent's writer.
+pid_t g_owner = 0;
 pthread_key_t g_exit_key;
 
 void copy_env(const char* name, char* out, size_t cap, const char* fallback) {
@@ -120,6 +123,7 @@ void after_fork_child() {
 // child's own log and start its writer.
 bool start_child_log() {
     g_start_ns = now_ns();
+    g_owner = getpid();
     {
         LockGuard guard(metadata_lock());
         requeue_all_modules();
@@ -138,6 +142,7 @@ bool initialize() {
         return false;
     }
     g_start_ns = now_ns();
+    g_owner = getpid();
     init_recorder_range();
     {
         LockGuard guard(metadata_lock());
@@ -187,13 +192,13 @@ void diagnostic(const char* a, const char* b, const char* c) {
 }
 
 void before_exec() {
-    if (g_state.load() != Active) return;
+    if (g_state.load() != Active || getpid() != g_owner) return;
     writer_stop(hslog::EndReason::Exec);
     g_state.store(ShutDown);
 }
 
 void after_failed_exec() {
-    if (g_state.load() != ShutDown) return;
+    if (g_state.load() != ShutDown || getpid() != g_owner) return;
     // The exec failed and the program goes on: continue in a new log.
     g_state.store(ForkPending);
 }

@@ -74,6 +74,10 @@ void append(ThreadRing& ring, Slot& slot) {
     if (outer) {
         wait_for_room(ring, kNestedReserve);
         ring.in_flight.exchange(1, std::memory_order_seq_cst);
+    } else {
+        // A signal handler inside a hook: the writer can still drain every
+        // published slot, which is all but the interrupted ones.
+        wait_for_room(ring, 1);
     }
     Slot& dst = ring.slots[ring.local_head % kRingSlots];
     ring.local_head++;

@@ -458,12 +458,12 @@ bool writer_open() {
         ZSTD_CCtx_setParameter(g_zstd, ZSTD_c_compressionLevel, kZstdLevel);
         ZSTD_CCtx_setParameter(g_zstd, ZSTD_c_checksumFlag, 1);
     }
-    if (g_wake_fd < 0) g_wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (g_wake_fd < 0) g_wake_fd = move_fd_high(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!expand_pattern(config().output_pattern, g_path, sizeof g_path) || !make_absolute(g_path, sizeof g_path)) {
         diagnostic("log path too long: ", config().output_pattern, "; recording disabled");
         return false;
     }
-    g_fd = create_log(g_path, sizeof g_path);
+    g_fd = move_fd_high(create_log(g_path, sizeof g_path));
     if (g_fd < 0) {
         diagnostic("cannot create log ", g_path, "; recording disabled");
         return false;
@@ -582,6 +582,26 @@ void writer_forget_after_fork() {
 }
 
 const char* writer_log_path() { return g_path; }
+
+bool is_recorder_fd(int fd) { return fd >= 0 && (fd == g_fd || fd == g_wake_fd || fd == control_fd()); }
+
+int recorder_fds(int out[kMaxRecorderFds]) {
+    int n = 0;
+    for (int fd : {g_fd, g_wake_fd, control_fd()})
+        if (fd >= 0) out[n++] = fd;
+    std::sort(out, out + n);
+    return n;
+}
+
+// Programs sometimes assume the lowest free descriptor (fd 3 after a
+// fresh start) or dup2 onto small numbers; keep out of their way.
+int move_fd_high(int fd) {
+    if (fd < 0) return fd;
+    int high = fcntl(fd, F_DUPFD_CLOEXEC, 900);
+    if (high < 0) return fd;
+    close(fd);
+    return high;
+}
 
 uint32_t writer_durable_marker() { return g_durable_marker.load(std::memory_order_acquire); }
 

@@ -32,6 +32,15 @@ void writer_stop(hslog::EndReason reason);
 // In a fork child: forget the parent's file and thread (not running here).
 void writer_forget_after_fork();
 
+// The recorder's own descriptors (log, wake-up eventfd, control socket):
+// a program that closes every descriptor must not close these.
+bool is_recorder_fd(int fd);
+inline constexpr int kMaxRecorderFds = 3;
+// Fills `out` with the open ones in ascending order; returns how many.
+int recorder_fds(int out[kMaxRecorderFds]);
+// Moves a new descriptor of the recorder above the range programs use.
+int move_fd_high(int fd);
+
 // Absolute path of the log being written.
 const char* writer_log_path();
 // Highest marker index whose frame has been written to the file.
