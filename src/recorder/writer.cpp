@@ -65,8 +65,19 @@ size_t g_cursor_capacity = 0;
 std::atomic<uint32_t> g_durable_marker{0};
 std::atomic<bool> g_running{false};
 std::atomic<bool> g_stop{false};
+// Set while the writer waits in poll(); the first producer that finds it set
+// clears it and writes the eventfd, so a busy program pays one syscall per
+// writer nap, not one per event.
+std::atomic<bool> g_sleeping{false};
 pthread_t g_thread;
 int g_wake_fd = -1;
+
+void wake_now() {
+    if (g_wake_fd < 0) return;
+    uint64_t one = 1;
+    ssize_t ignored = write(g_wake_fd, &one, sizeof one);
+    (void)ignored;
+}
 
 bool write_all(const uint8_t* p, size_t n) {
     while (n) {
@@ -269,7 +280,9 @@ void wait_for_work(int timeout_ms) {
     fds[count++] = pollfd{g_wake_fd, POLLIN, 0};
     int control = control_fd();
     if (control >= 0) fds[count++] = pollfd{control, POLLIN, 0};
+    g_sleeping.store(true, std::memory_order_seq_cst);
     int r = poll(fds, count, timeout_ms);
+    g_sleeping.store(false, std::memory_order_relaxed);
     if (r > 0 && (fds[0].revents & POLLIN)) {
         uint64_t value;
         ssize_t ignored = read(g_wake_fd, &value, sizeof value);
@@ -524,11 +537,10 @@ bool writer_start_thread() {
 bool writer_running() { return g_running.load(std::memory_order_acquire); }
 
 void writer_wake() {
-    if (g_wake_fd < 0) return;
-    uint64_t one = 1;
-    ssize_t ignored = write(g_wake_fd, &one, sizeof one);
-    (void)ignored;
+    if (!g_sleeping.load(std::memory_order_relaxed) || !g_sleeping.exchange(false)) return;
+    wake_now();
 }
+
 
 void writer_drain_inline() {
     LockGuard guard(g_writer_lock);
@@ -538,7 +550,7 @@ void writer_drain_inline() {
 void writer_stop(hslog::EndReason reason) {
     if (g_running.exchange(false)) {
         g_stop.store(true, std::memory_order_release);
-        writer_wake();
+        wake_now();
         pthread_join(g_thread, nullptr);
     }
     control_close();

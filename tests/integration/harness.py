@@ -42,7 +42,8 @@ def program(name):
 def site_line(source, site):
     """The 1-based line of `source` that carries the comment @site:SITE."""
     pattern = re.compile(r"@site:%s(?![\w])" % re.escape(site))
-    lines = [n for n, text in enumerate(open(os.path.join(PROGRAMS_SRC, source)), 1) if pattern.search(text)]
+    with open(os.path.join(PROGRAMS_SRC, source)) as f:
+        lines = [n for n, text in enumerate(f, 1) if pattern.search(text)]
     if len(lines) != 1:
         raise AssertionError("@site:%s occurs %d times in %s" % (site, len(lines), source))
     return lines[0]

@@ -95,7 +95,7 @@ class CrashTest(HeapsnapTest):
         growth.send("mark B", "marked B 2")
         self.wait_for_marker(log, "B")
         diff = self.diff(log + "@A", log + "@B")
-        self.assertEqual((diff["total"]["bytes_delta"], diff["total"]["blocks_delta"]), (27817, 11))
+        self.assertEqual((diff["total"]["bytes_delta"], diff["total"]["blocks_delta"]), (17817, 11))
         self.assertEqual(growth.finish(), [log])
         self.assertTrue(self.markers(log)["complete"])
 

@@ -35,7 +35,7 @@
  *   churn            1000 x (malloc(64), free) no entry
  *   baseline_drop    the 5 phase-1 blocks freed
  *                                             -10240        -5
- *   total                                     +27817 bytes +11 blocks
+ *   total                                     +17817 bytes +11 blocks
  * Each allocation line carries an @site:NAME comment; the tests find line
  * numbers by searching for it.
  */
