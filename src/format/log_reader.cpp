@@ -74,12 +74,24 @@ public:
             record(tag, r);
             if (!r.ok()) corrupt(frame_offset, "truncated or malformed record");
             summary_.records++;
-            if (visitor_.stop_requested()) return false;
+            if (visitor_.stop_requested()) {
+                frame_done_ = r.at_end();
+                return false;
+            }
         }
         return true;
     }
 
     bool has_process() const { return has_process_; }
+
+    void resume(const StreamPosition& at) {
+        has_process_ = true;
+        now_ = at.time_ns;
+        addr_ = at.address;
+        thread_ = at.thread;
+    }
+    StreamPosition position(uint64_t offset) const { return StreamPosition{offset, now_, addr_, thread_}; }
+    bool frame_done() const { return frame_done_; }
 
 private:
     [[noreturn]] void corrupt(uint64_t offset, const std::string& what) {
@@ -283,6 +295,7 @@ private:
     LogVisitor& visitor_;
     ReadSummary& summary_;
     bool has_process_ = false;
+    bool frame_done_ = false;
     uint64_t now_ = 0;
     uint64_t addr_ = 0;
     uint32_t thread_ = 0;
@@ -291,7 +304,9 @@ private:
 
 }  // namespace
 
-ReadSummary read_log(const std::string& path, LogVisitor& visitor) {
+namespace {
+
+ReadSummary read_frames(const std::string& path, LogVisitor& visitor, const StreamPosition* from) {
     MappedFile file(path);
     ReadSummary summary;
     summary.file_bytes = file.size();
@@ -312,6 +327,12 @@ ReadSummary read_log(const std::string& path, LogVisitor& visitor) {
     std::vector<uint8_t> payload;
     RecordDecoder decoder(path, visitor, summary);
     size_t offset = hslog::kHeaderSize;
+    if (from) {
+        if (from->offset < hslog::kHeaderSize || from->offset > file.size())
+            throw Error(path + ": the log is shorter than a checkpoint of it says (was it replaced?)");
+        decoder.resume(*from);
+        offset = from->offset;
+    }
     summary.bytes_read = offset;
     while (offset < file.size()) {
         const uint8_t* frame = data + offset;
@@ -343,11 +364,21 @@ ReadSummary read_log(const std::string& path, LogVisitor& visitor) {
         summary.bytes_read = offset;
         if (!keep_going) {
             summary.stopped = true;
+            summary.resumable = decoder.frame_done();
+            summary.resume = decoder.position(offset);
             break;
         }
     }
     if (!decoder.has_process()) throw Error(path + ": truncated heapsnap log: no complete frame");
     return summary;
+}
+
+}  // namespace
+
+ReadSummary read_log(const std::string& path, LogVisitor& visitor) { return read_frames(path, visitor, nullptr); }
+
+ReadSummary read_log_from(const std::string& path, LogVisitor& visitor, const StreamPosition& from) {
+    return read_frames(path, visitor, &from);
 }
 
 }  // namespace heapsnap

@@ -164,6 +164,15 @@ private:
     bool stop_ = false;
 };
 
+// Where a read can pick up again: the start of a frame, with the stream
+// state (clock, address, thread) that the records before it left.
+struct StreamPosition {
+    uint64_t offset = 0;
+    uint64_t time_ns = 0;
+    uint64_t address = 0;
+    uint32_t thread = 0;
+};
+
 struct ReadSummary {
     uint64_t frames = 0;
     uint64_t records = 0;
@@ -173,11 +182,20 @@ struct ReadSummary {
     bool truncated = false;   // the file ended inside a frame
     bool complete = false;    // an End record was read
     bool stopped = false;     // the visitor stopped the read
+    // When the visitor stopped on the last record of a frame: the position
+    // after it, from which a later read can resume (a checkpoint).
+    bool resumable = false;
+    StreamPosition resume;
 };
 
 // Reads `path` from the start and feeds `visitor`. Throws heapsnap::Error for
 // a file that is not a heapsnap log, has an unsupported version, or holds a
 // corrupt frame.
 ReadSummary read_log(const std::string& path, LogVisitor& visitor);
+
+// Continues a read at `from` (a position an earlier read reported as
+// resumable), for a visitor that already holds the state up to there,
+// including the process record.
+ReadSummary read_log_from(const std::string& path, LogVisitor& visitor, const StreamPosition& from);
 
 }  // namespace heapsnap

@@ -1,44 +1,17 @@
 #include "format/snapshot_file.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-#include <zstd.h>
-
-#include <cstring>
-#include <memory>
-
 #include "format/codec.h"
+#include "format/framed_file.h"
 #include "util/error.h"
-#include "util/files.h"
 
 namespace heapsnap {
 namespace {
 
-constexpr char kMagic[8] = {'H', 'S', 'N', 'A', 'P', 'S', 'H', 'T'};
-constexpr size_t kHeaderSize = 16;
-constexpr uint64_t kMaxBody = 1ull << 32;  // refuse to inflate more than 4 GiB
+const FileKind kSnapshotKind{"HSNAPSHT", kSnapshotVersion, "snapshot"};
 
-// A growable encoder over codec::Writer for the CLI side.
-class Out {
-public:
-    void u8(uint8_t v) { bytes_.push_back(v); }
-    void varint(uint64_t v) {
-        uint8_t tmp[codec::kMaxVarint];
-        codec::Writer w(tmp, sizeof tmp);
-        w.varint(v);
-        bytes_.insert(bytes_.end(), tmp, tmp + w.size());
-    }
-    void str(std::string_view s) {
-        varint(s.size());
-        bytes_.insert(bytes_.end(), s.begin(), s.end());
-    }
-    std::vector<uint8_t>& bytes() { return bytes_; }
+}  // namespace
 
-private:
-    std::vector<uint8_t> bytes_;
-};
-
-void put_process(Out& o, const ProcessInfo& p) {
+void put_process(ByteBuffer& o, const ProcessInfo& p) {
     o.str(p.recorder_version);
     o.varint(p.pid);
     o.varint(p.ppid);
@@ -53,7 +26,7 @@ void put_process(Out& o, const ProcessInfo& p) {
     for (const auto& a : p.argv) o.str(a);
 }
 
-void put_marker(Out& o, const MarkerRecord& m, bool has_data) {
+void put_marker(ByteBuffer& o, const MarkerRecord& m, bool has_data) {
     o.u8(has_data ? 1 : 0);
     o.varint(m.time_ns);
     o.varint(m.thread);
@@ -128,8 +101,32 @@ void get_marker(codec::Reader& r, MarkerRecord& m, bool& has_data) {
     }
 }
 
+void put_module(ByteBuffer& o, const SnapshotModule& m) {
+    o.varint(m.record.id);
+    o.varint(m.record.time_ns);
+    o.varint(m.record.load_bias);
+    o.varint(m.record.start);
+    o.varint(m.record.end);
+    o.str(m.record.path);
+    o.str(m.record.build_id);
+    o.u8(m.loaded ? 1 : 0);
+}
+
+void get_module(codec::Reader& r, SnapshotModule& m) {
+    m.record.id = static_cast<uint32_t>(r.varint());
+    m.record.time_ns = r.varint();
+    m.record.load_bias = r.varint();
+    m.record.start = r.varint();
+    m.record.end = r.varint();
+    m.record.path = std::string(r.str());
+    m.record.build_id = std::string(r.str());
+    m.loaded = r.u8() != 0;
+}
+
+namespace {
+
 std::vector<uint8_t> encode_body(const Snapshot& s) {
-    Out o;
+    ByteBuffer o;
     put_process(o, s.process);
     put_marker(o, s.marker, s.has_marker_data);
     o.str(s.source);
@@ -138,16 +135,7 @@ std::vector<uint8_t> encode_body(const Snapshot& s) {
                        t.untracked_frees, t.peak_bytes, t.peak_time_ns})
         o.varint(v);
     o.varint(s.modules.size());
-    for (const SnapshotModule& m : s.modules) {
-        o.varint(m.record.id);
-        o.varint(m.record.time_ns);
-        o.varint(m.record.load_bias);
-        o.varint(m.record.start);
-        o.varint(m.record.end);
-        o.str(m.record.path);
-        o.str(m.record.build_id);
-        o.u8(m.loaded ? 1 : 0);
-    }
+    for (const SnapshotModule& m : s.modules) put_module(o, m);
     o.varint(s.threads.size());
     for (const ThreadStartRecord& th : s.threads) {
         o.varint(th.thread);
@@ -189,16 +177,7 @@ Snapshot decode_body(const std::string& path, const uint8_t* data, size_t size) 
         *v = r.varint();
     uint64_t n = r.count(8);
     s.modules.resize(n);
-    for (SnapshotModule& m : s.modules) {
-        m.record.id = static_cast<uint32_t>(r.varint());
-        m.record.time_ns = r.varint();
-        m.record.load_bias = r.varint();
-        m.record.start = r.varint();
-        m.record.end = r.varint();
-        m.record.path = std::string(r.str());
-        m.record.build_id = std::string(r.str());
-        m.loaded = r.u8() != 0;
-    }
+    for (SnapshotModule& m : s.modules) get_module(r, m);
     n = r.count(5);
     s.threads.resize(n);
     for (ThreadStartRecord& th : s.threads) {
@@ -239,55 +218,13 @@ Snapshot decode_body(const std::string& path, const uint8_t* data, size_t size) 
 }  // namespace
 
 void write_snapshot(const std::string& path, const Snapshot& snapshot) {
-    std::vector<uint8_t> body = encode_body(snapshot);
-    std::vector<uint8_t> file(kHeaderSize + ZSTD_compressBound(body.size()));
-    codec::Writer h(file.data(), kHeaderSize);
-    h.raw(kMagic, sizeof kMagic);
-    h.u32le(kSnapshotVersion);
-    h.u32le(0);
-    // With a checksum, a flipped bit is reported as corruption instead of
-    // decoding into plausible wrong numbers.
-    std::unique_ptr<ZSTD_CCtx, decltype(&ZSTD_freeCCtx)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
-    ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_compressionLevel, 3);
-    ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_checksumFlag, 1);
-    size_t n = ZSTD_compress2(cctx.get(), file.data() + kHeaderSize, file.size() - kHeaderSize, body.data(), body.size());
-    if (ZSTD_isError(n)) throw Error(path + ": compression failed: " + ZSTD_getErrorName(n));
-    file.resize(kHeaderSize + n);
-    write_file_atomically(path, file);
+    write_framed_file(path, kSnapshotKind, encode_body(snapshot));
 }
 
-bool looks_like_snapshot(const std::string& path) {
-    char head[sizeof kMagic];
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    ssize_t n = read(fd, head, sizeof head);
-    close(fd);
-    return n == static_cast<ssize_t>(sizeof head) && std::memcmp(head, kMagic, sizeof kMagic) == 0;
-}
+bool looks_like_snapshot(const std::string& path) { return has_magic(path, kSnapshotKind.magic); }
 
 Snapshot read_snapshot(const std::string& path) {
-    std::vector<uint8_t> file = read_file(path);
-    if (file.size() < sizeof kMagic || std::memcmp(file.data(), kMagic, sizeof kMagic) != 0)
-        throw Error(path + ": not a heapsnap snapshot (bad magic)");
-    if (file.size() < kHeaderSize) throw Error(path + ": truncated snapshot: the header is incomplete");
-    codec::Reader h(file.data() + sizeof kMagic, kHeaderSize - sizeof kMagic);
-    uint32_t version = h.u32le();
-    if (version != kSnapshotVersion)
-        throw Error(path + ": unsupported snapshot format version " + std::to_string(version) +
-                    " (this heapsnap reads version " + std::to_string(kSnapshotVersion) + ")");
-    const uint8_t* frame = file.data() + kHeaderSize;
-    size_t frame_size = file.size() - kHeaderSize;
-    size_t compressed = ZSTD_findFrameCompressedSize(frame, frame_size);
-    unsigned long long content = ZSTD_getFrameContentSize(frame, frame_size);
-    if (ZSTD_isError(compressed) || content == ZSTD_CONTENTSIZE_ERROR) {
-        if (content != ZSTD_CONTENTSIZE_ERROR) throw Error(path + ": truncated snapshot");
-        throw Error(path + ": corrupt snapshot: bad compressed body");
-    }
-    if (compressed != frame_size) throw Error(path + ": corrupt snapshot: trailing bytes after the body");
-    if (content == ZSTD_CONTENTSIZE_UNKNOWN || content > kMaxBody) throw Error(path + ": corrupt snapshot: bad body size");
-    std::vector<uint8_t> body(content);
-    size_t got = ZSTD_decompress(body.data(), body.size(), frame, compressed);
-    if (ZSTD_isError(got) || got != content) throw Error(path + ": corrupt snapshot: body does not decompress");
+    std::vector<uint8_t> body = read_framed_file(path, kSnapshotKind);
     return decode_body(path, body.data(), body.size());
 }
 

@@ -10,10 +10,10 @@
 // resolved by whoever reads, against the binaries and debug files present
 // then.
 //
-// Layout: a 16-byte header (magic "HSNAPSHT", u32le version, u32le 0) and
-// one zstd frame holding the body, written to a temporary file in the
-// target directory and renamed over the target, so a reader never sees half
-// a snapshot and an existing symlink is replaced, not followed.
+// Layout: framed_file.h's container (magic "HSNAPSHT") around the body:
+// written to a temporary file in the target directory and renamed over the
+// target, so a reader never sees half a snapshot and an existing symlink is
+// replaced, not followed.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "format/framed_file.h"
 #include "format/log_reader.h"
 
 namespace heapsnap {
@@ -77,5 +78,13 @@ Snapshot read_snapshot(const std::string& path);
 
 // True if the file starts with the snapshot magic.
 bool looks_like_snapshot(const std::string& path);
+
+// Field groups shared with the replay checkpoint (same encodings).
+void put_process(ByteBuffer& o, const ProcessInfo& p);
+void get_process(codec::Reader& r, ProcessInfo& p);
+void put_marker(ByteBuffer& o, const MarkerRecord& m, bool has_data);
+void get_marker(codec::Reader& r, MarkerRecord& m, bool& has_data);
+void put_module(ByteBuffer& o, const SnapshotModule& m);
+void get_module(codec::Reader& r, SnapshotModule& m);
 
 }  // namespace heapsnap

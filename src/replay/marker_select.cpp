@@ -2,8 +2,11 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <optional>
 
+#include "replay/checkpoint.h"
 #include "replay/replay.h"
 #include "util/error.h"
 
@@ -53,6 +56,13 @@ public:
     }
     void on_munmap(const MunmapEvent& e) override {
         if (before(e.time_ns)) Replay::on_munmap(e), after_event();
+    }
+
+    // Continues from a checkpoint: the state and the markers seen before it.
+    void restore(const Checkpoint& c) {
+        codec::Reader r(c.state.data(), c.state.size());
+        load_state(r);
+        seen_ = c.markers;
     }
 
     bool taken() const { return taken_; }
@@ -148,6 +158,30 @@ Moment parse_moment(const std::string& text) {
     return m;
 }
 
+namespace {
+
+// Whether the moment lies after everything a checkpoint has seen.
+bool after_checkpoint(const Moment& moment, const Checkpoint& c) {
+    auto any = [&](auto&& pred) { return std::any_of(c.markers.begin(), c.markers.end(), pred); };
+    switch (moment.kind) {
+        case Moment::Kind::Index: return c.markers.empty() || c.markers.back().index < moment.index;
+        case Moment::Kind::Label: return !any([&](const MarkerRecord& m) { return m.label == moment.text; });
+        case Moment::Kind::Exit:
+            return !any([](const MarkerRecord& m) { return m.cause == hslog::MarkerCause::Exit; });
+        case Moment::Kind::End: return true;
+        case Moment::Kind::Peak:
+        case Moment::Kind::Time: return false;
+    }
+    return false;
+}
+
+bool checkpoints_enabled() {
+    const char* off = std::getenv("HEAPSNAP_NO_CHECKPOINT");
+    return !(off && *off && std::string(off) != "0");
+}
+
+}  // namespace
+
 Snapshot snapshot_at(const std::string& log, const Moment& moment) {
     uint64_t stop_after = 0;
     if (moment.kind == Moment::Kind::Peak) {
@@ -157,7 +191,17 @@ Snapshot snapshot_at(const std::string& log, const Moment& moment) {
         if (!stop_after) throw Error(log + ": no heap allocation in the log, so no peak");
     }
     MomentReplay replay(moment, stop_after);
-    ReadSummary summary = read_log(log, replay);
+    std::optional<Checkpoint> checkpoint;
+    if (checkpoints_enabled()) checkpoint = load_checkpoint(log);
+    ReadSummary summary;
+    if (checkpoint && after_checkpoint(moment, *checkpoint)) {
+        replay.restore(*checkpoint);
+        summary = read_log_from(log, replay, checkpoint->position);
+    } else {
+        summary = read_log(log, replay);
+    }
+    if (replay.taken() && summary.resumable && checkpoints_enabled())
+        save_checkpoint(log, summary.resume, replay.seen(), replay);
     if (!replay.taken()) {
         switch (moment.kind) {
             case Moment::Kind::End:

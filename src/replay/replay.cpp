@@ -122,6 +122,96 @@ void Replay::on_munmap(const MunmapEvent& e) {
     if (e.length) remove_mapping_range(e.address, e.address + e.length);
 }
 
+void Replay::save_state(ByteBuffer& o) const {
+    put_process(o, process_);
+    const SnapshotTotals& t = totals_;
+    for (uint64_t v : {t.live_bytes, t.live_blocks, t.mmap_bytes, t.mmap_regions, t.events, t.allocations,
+                       t.untracked_frees, t.peak_bytes, t.peak_time_ns, last_time_ns_})
+        o.varint(v);
+    o.varint(modules_.size());
+    for (const auto& [id, m] : modules_) put_module(o, m);
+    o.varint(threads_.size());
+    for (const auto& [index, th] : threads_) {
+        o.varint(th.thread);
+        o.varint(th.time_ns);
+        o.varint(th.os_tid);
+        o.varint(th.stack_lo);
+        o.varint(th.stack_hi);
+    }
+    o.varint(stacks_.size());
+    for (const auto& [id, frames] : stacks_) {
+        o.varint(id);
+        o.varint(frames.size());
+        for (const StackFrame& f : frames) {
+            o.varint(f.module);
+            o.varint(f.vaddr);
+        }
+    }
+    o.varint(blocks_.size());
+    blocks_.for_each([&](uint64_t addr, const LiveBlock& b) {
+        o.varint(addr);
+        o.varint(b.size);
+        o.varint(b.time_ns);
+        o.varint(b.stack);
+    });
+    o.varint(mappings_.size());
+    for (const auto& [start, m] : mappings_) {
+        o.varint(start);
+        o.varint(m.length);
+        o.varint(m.time_ns);
+        o.varint(m.stack);
+    }
+}
+
+void Replay::load_state(codec::Reader& r) {
+    get_process(r, process_);
+    SnapshotTotals& t = totals_;
+    for (uint64_t* v : {&t.live_bytes, &t.live_blocks, &t.mmap_bytes, &t.mmap_regions, &t.events, &t.allocations,
+                        &t.untracked_frees, &t.peak_bytes, &t.peak_time_ns, &last_time_ns_})
+        *v = r.varint();
+    for (uint64_t n = r.count(8); n-- && r.ok();) {
+        SnapshotModule m;
+        get_module(r, m);
+        modules_[m.record.id] = m;
+    }
+    for (uint64_t n = r.count(5); n-- && r.ok();) {
+        ThreadStartRecord th;
+        th.thread = static_cast<uint32_t>(r.varint());
+        th.time_ns = r.varint();
+        th.os_tid = r.varint();
+        th.stack_lo = r.varint();
+        th.stack_hi = r.varint();
+        threads_[th.thread] = th;
+    }
+    for (uint64_t n = r.count(2); n-- && r.ok();) {
+        auto id = static_cast<uint32_t>(r.varint());
+        std::vector<StackFrame> frames(r.count(2));
+        for (StackFrame& f : frames) {
+            f.module = static_cast<uint32_t>(r.varint());
+            f.vaddr = r.varint();
+        }
+        stacks_[id] = std::move(frames);
+    }
+    // Per-stack totals follow from the live blocks and mappings.
+    for (uint64_t n = r.count(4); n-- && r.ok();) {
+        uint64_t addr = r.varint();
+        LiveBlock b{r.varint(), r.varint(), static_cast<uint32_t>(r.varint())};
+        if (!addr) continue;
+        blocks_.insert(addr, b);
+        StackTotals& st = stack_totals(b.stack);
+        st.bytes += b.size;
+        st.blocks++;
+    }
+    for (uint64_t n = r.count(4); n-- && r.ok();) {
+        uint64_t start = r.varint();
+        LiveMapping m{r.varint(), r.varint(), static_cast<uint32_t>(r.varint())};
+        mappings_.emplace(start, m);
+        StackTotals& st = stack_totals(m.stack);
+        st.mmap_bytes += m.length;
+        st.mmap_regions++;
+    }
+}
+
 Snapshot Replay::snapshot(const MarkerRecord& marker, bool has_marker_data) const {
     Snapshot s;
     s.process = process_;

@@ -64,6 +64,10 @@ public:
     // The live state now, as a snapshot taken at `marker`.
     Snapshot snapshot(const MarkerRecord& marker, bool has_marker_data) const;
 
+    // The whole state, for a checkpoint (replay/checkpoint.h).
+    void save_state(ByteBuffer& out) const;
+    void load_state(codec::Reader& in);
+
 protected:
     ProcessInfo process_;
     SnapshotTotals totals_;

@@ -241,12 +241,12 @@ class HeapsnapTest(unittest.TestCase):
         self.assertEqual(frame["line"], line, "frame %s" % frame)
         self.assertEqual(bool(frame["inlined"]), inlined, "frame %s" % frame)
 
-    def assert_site(self, diff, function, source, site, bytes_delta, blocks_delta, **kw):
+    def assert_site(self, diff, function, source, site, bytes_delta, blocks_delta, inlined=False, **kw):
         """The one entry through `function` has these deltas, and its first
         frame is `function` at the @site line of `source`."""
         e = self.assert_entry(diff, function, bytes_delta, blocks_delta, **kw)
         self.assertEqual(e.get("kind", "heap"), "heap")
-        self.assert_frame(e["frames"][0], function, source, site_line(source, site))
+        self.assert_frame(e["frames"][0], function, source, site_line(source, site), inlined=inlined)
         return e
 
     def assert_no_recorder_frames(self, diff):
@@ -254,12 +254,14 @@ class HeapsnapTest(unittest.TestCase):
             for f in e["frames"]:
                 self.assertNotIn("libheapsnap_preload", f.get("module") or "", "recorder frame shown: %s" % e)
 
-    def assert_error(self, args, needle, status=1, env=None):
-        """A clean failure: the status, nothing on stdout, and exactly one
-        line on stderr, 'heapsnap: error: ...' containing `needle`."""
+    def assert_error(self, args, needle, status=1, env=None, streams=False):
+        """A clean failure: the status, nothing on stdout (unless the command
+        `streams` its output as it reads), and exactly one line on stderr,
+        'heapsnap: error: ...' containing `needle`."""
         result = self.heapsnap(*args, expect=None, env=env)
         self.assertEqual(result.returncode, status, "heapsnap %s\nstderr: %s" % (" ".join(map(str, args)), result.stderr))
-        self.assertEqual(result.stdout, "", "stdout of a failed command")
+        if not streams:
+            self.assertEqual(result.stdout, "", "stdout of a failed command")
         lines = result.stderr.strip("\n").splitlines()
         if status == 1:
             self.assertEqual(len(lines), 1, "expected one error line, got:\n" + result.stderr)

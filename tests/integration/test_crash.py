@@ -130,7 +130,7 @@ class CrashTest(HeapsnapTest):
         # Before the first complete frame there is nothing to read.
         cut = self.cut(log, HEADER + 20, "first-frame.hslog")
         self.assert_error(["markers", cut], "truncated")
-        self.assert_error(["dump", cut], "truncated")
+        self.assert_error(["dump", cut], "truncated", streams=True)
 
 
 if __name__ == "__main__":

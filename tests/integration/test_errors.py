@@ -22,9 +22,11 @@ class InputErrorTest(HeapsnapTest):
 
     def assert_log_error(self, path, needle):
         """Every command that reads a log rejects `path` the same way."""
-        for args in (["markers", path], ["dump", path], ["snapshot", path, "-o", self.path("x.hsnap")],
+        for args in (["markers", path], ["snapshot", path, "-o", self.path("x.hsnap")],
                      ["diff", path + "@exit", path + "@exit"]):
             self.assert_error(args, needle)
+        # dump prints records as it decodes them, up to the bad spot.
+        self.assert_error(["dump", path], needle, streams=True)
         self.assertFalse(os.path.exists(self.path("x.hsnap")), "a failed snapshot left a file")
 
     def test_missing_file(self):
@@ -56,8 +58,11 @@ class InputErrorTest(HeapsnapTest):
         bad = bytearray(data)
         bad[second - 1] ^= 0xFF
         self.assert_log_error(self.write("checksum.hslog", bytes(bad)), "corrupt")
-        # Garbage after the last frame is corruption, not truncation.
-        self.assert_log_error(self.write("garbage.hslog", data + b"\x01\x02\x03\x04garbage" * 3), "corrupt")
+        # Garbage after the last frame is corruption, not truncation, for
+        # whatever reads that far (a snapshot at a marker may stop before).
+        garbage = self.write("garbage.hslog", data + b"\x01\x02\x03\x04garbage" * 3)
+        self.assert_error(["markers", garbage], "corrupt")
+        self.assert_error(["dump", garbage], "corrupt", streams=True)
 
     def test_bad_snapshots(self):
         log = self.log()

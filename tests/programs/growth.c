@@ -30,7 +30,7 @@
  *   realloc_seed     (its block released by the realloc)
  *                                               -100        -1
  *   inline_leak      3 x malloc(777) in leak_inline(), always inlined into
- *                    leak_inline_caller() at @site:inline_call
+ *                    leak_inline_caller() at its call (site "inline_call")
  *                                              +2331        +3
  *   churn            1000 x (malloc(64), free) no entry
  *   baseline_drop    the 5 phase-1 blocks freed

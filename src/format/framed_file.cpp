@@ -1,0 +1,74 @@
+#include "format/framed_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <cstring>
+#include <memory>
+
+#include "util/error.h"
+#include "util/files.h"
+
+namespace heapsnap {
+namespace {
+
+constexpr size_t kHeaderSize = 16;
+constexpr uint64_t kMaxBody = 1ull << 32;  // refuse to inflate more than 4 GiB
+
+}  // namespace
+
+void write_framed_file(const std::string& path, const FileKind& kind, const std::vector<uint8_t>& body) {
+    std::vector<uint8_t> file(kHeaderSize + ZSTD_compressBound(body.size()));
+    codec::Writer h(file.data(), kHeaderSize);
+    h.raw(kind.magic, 8);
+    h.u32le(kind.version);
+    h.u32le(0);
+    // With a checksum, a flipped bit is reported as corruption instead of
+    // decoding into plausible wrong numbers.
+    std::unique_ptr<ZSTD_CCtx, decltype(&ZSTD_freeCCtx)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
+    ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_compressionLevel, 3);
+    ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_checksumFlag, 1);
+    size_t n = ZSTD_compress2(cctx.get(), file.data() + kHeaderSize, file.size() - kHeaderSize, body.data(), body.size());
+    if (ZSTD_isError(n)) throw Error(path + ": compression failed: " + ZSTD_getErrorName(n));
+    file.resize(kHeaderSize + n);
+    write_file_atomically(path, file);
+}
+
+bool has_magic(const std::string& path, const char* magic) {
+    char head[8];
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, head, sizeof head);
+    close(fd);
+    return n == static_cast<ssize_t>(sizeof head) && std::memcmp(head, magic, sizeof head) == 0;
+}
+
+std::vector<uint8_t> read_framed_file(const std::string& path, const FileKind& kind) {
+    const std::string name = kind.name;
+    std::vector<uint8_t> file = read_file(path);
+    if (file.size() < 8 || std::memcmp(file.data(), kind.magic, 8) != 0)
+        throw Error(path + ": not a heapsnap " + name + " (bad magic)");
+    if (file.size() < kHeaderSize) throw Error(path + ": truncated " + name + ": the header is incomplete");
+    codec::Reader h(file.data() + 8, kHeaderSize - 8);
+    uint32_t version = h.u32le();
+    if (version != kind.version)
+        throw Error(path + ": unsupported " + name + " format version " + std::to_string(version) +
+                    " (this heapsnap reads version " + std::to_string(kind.version) + ")");
+    const uint8_t* frame = file.data() + kHeaderSize;
+    size_t frame_size = file.size() - kHeaderSize;
+    size_t compressed = ZSTD_findFrameCompressedSize(frame, frame_size);
+    unsigned long long content = ZSTD_getFrameContentSize(frame, frame_size);
+    if (ZSTD_isError(compressed) || content == ZSTD_CONTENTSIZE_ERROR) {
+        if (content != ZSTD_CONTENTSIZE_ERROR) throw Error(path + ": truncated " + name);
+        throw Error(path + ": corrupt " + name + ": bad compressed body");
+    }
+    if (compressed != frame_size) throw Error(path + ": corrupt " + name + ": trailing bytes after the body");
+    if (content == ZSTD_CONTENTSIZE_UNKNOWN || content > kMaxBody) throw Error(path + ": corrupt " + name + ": bad body size");
+    std::vector<uint8_t> body(content);
+    size_t got = ZSTD_decompress(body.data(), body.size(), frame, compressed);
+    if (ZSTD_isError(got) || got != content) throw Error(path + ": corrupt " + name + ": body does not decompress");
+    return body;
+}
+
+}  // namespace heapsnap

@@ -1,0 +1,47 @@
+// Replay checkpoints: a later snapshot of the same log resumes where an
+// earlier one stopped instead of replaying from the start.
+//
+// Why: `heapsnap snapshot PID` on a long-running server re-reads a log
+// that only grows; without a checkpoint the n-th snapshot costs the whole
+// history again. Each snapshot taken at a marker (markers always end their
+// zstd frame, so the read stopped on a frame boundary) saves the complete
+// replay state next to the log as "<log>.checkpoint" (framed_file.h
+// container, magic "HSNAPCKP"; mode 0600, written atomically). A later
+// request for a moment after it loads the state and reads on from the
+// saved byte offset.
+//
+// The checkpoint is a cache: it is ignored (and replaced) when it does not
+// belong to this log (the log's first bytes are fingerprinted), when the
+// moment asked for is not after it, or when it cannot be read; a log
+// directory that is not writable simply gets none.
+//
+// Size: the live blocks (about 10 bytes each compressed), every stack
+// definition and the live mappings — bounded by the live set and the number
+// of distinct stacks, not by the number of events.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "format/log_reader.h"
+#include "replay/replay.h"
+
+namespace heapsnap {
+
+struct Checkpoint {
+    StreamPosition position;
+    std::vector<MarkerRecord> markers;  // seen before the position, without regions
+    std::vector<uint8_t> state;         // Replay::save_state
+};
+
+std::string checkpoint_path(const std::string& log);
+
+// The checkpoint of `log`, if there is a valid one.
+std::optional<Checkpoint> load_checkpoint(const std::string& log);
+
+// Best effort: failures to write are ignored.
+void save_checkpoint(const std::string& log, const StreamPosition& position, const std::vector<MarkerRecord>& markers,
+                     const Replay& replay);
+
+}  // namespace heapsnap
