@@ -254,19 +254,23 @@ size_t round_locked() {
     while (live) {
         std::pop_heap(heap, heap + live, later);
         Cursor& c = heap[live - 1];
-        const Slot& s = at(c);
-        encode(s);
-        c.ring->last_ts = s.ts;
-        c.pos++;
-        emitted++;
+        // Emit the run of this ring that precedes every other ring's next
+        // event: one heap operation per run, not per event (a single busy
+        // thread is one long run).
+        const Cursor* next = live > 1 ? &heap[0] : nullptr;
+        do {
+            const Slot& s = at(c);
+            encode(s);
+            c.ring->last_ts = s.ts;
+            c.pos++;
+            emitted++;
+            if ((emitted & 1023) == 0) c.ring->tail.store(c.pos, std::memory_order_release);
+        } while (c.pos < c.end && at(c).ts < watermark && !(next && later(c, *next)));
         if (c.pos < c.end && at(c).ts < watermark) {
             std::push_heap(heap, heap + live, later);
         } else {
             c.ring->tail.store(c.pos, std::memory_order_release);
             live--;
-        }
-        if ((emitted & 1023) == 0) {
-            for (size_t i = 0; i < live; ++i) heap[i].ring->tail.store(heap[i].pos, std::memory_order_release);
         }
     }
     recycle_drained_rings();
