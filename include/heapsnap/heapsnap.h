@@ -19,12 +19,15 @@
 extern "C" {
 #endif
 
-/* Defined by the recorder. Returns the 1-based index of the marker written,
- * or 0 if the process is not being recorded. */
+/* Defined by the recorder. Returns 1 if the marker was recorded, 0 if the
+ * process is not being recorded. */
 extern int heapsnap_marker_v1(const char* label) __attribute__((weak));
 
-/* Records a marker labelled `label` (at most 255 bytes are kept). Returns
- * its 1-based index, or 0 when the recorder is not loaded or not recording. */
+/* Records a marker labelled `label` (at most 255 bytes are kept). Returns 1
+ * if it was recorded, 0 when the recorder is not loaded or not recording.
+ * Markers are numbered by their order in the log (`heapsnap markers LOG`),
+ * which the writer decides: two threads marking at once get the numbers of
+ * their moments, not of their calls. */
 static inline int heapsnap_marker(const char* label) {
     return heapsnap_marker_v1 ? heapsnap_marker_v1(label) : 0;
 }

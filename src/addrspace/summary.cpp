@@ -449,7 +449,7 @@ std::string render_text(const AddressSpaceSummary& s, bool color) {
     rec.push_back({{"  threads"}, {std::to_string(s.threads)}});
     if (s.tracked)
         rec.push_back({{"  recorder"},
-                       {fmt::format("{} mapped, {} held (not in the rows above)",
+                       {fmt::format("{} mapped, {} held (its own row above, in no other)",
                                     human_bytes(s[Category::Recorder].size_bytes), human_bytes(s.recorder_bytes))}});
     out += '\n';
     out += render_table(rec, color, {1});
@@ -563,7 +563,10 @@ std::string verdict(const AddressSpaceSummary& o, const AddressSpaceSummary& n) 
     int64_t best_weight = 0;
     bool found = false;
     for (Category c : kProgramCategories) {
-        int64_t w = delta(o.committed_size[idx(c)], n.committed_size[idx(c)]) + delta(o[c].rss_bytes, n[c].rss_bytes);
+        // Code pages faulted in as a program warms up raise an image's Rss
+        // without anything having grown: images count by what was mapped.
+        int64_t rss_growth = c == Category::Image ? 0 : delta(o[c].rss_bytes, n[c].rss_bytes);
+        int64_t w = delta(o.committed_size[idx(c)], n.committed_size[idx(c)]) + rss_growth;
         if (!found || w > best_weight) {
             best = c;
             best_weight = w;

@@ -74,7 +74,9 @@
 //     weight = delta(committed virtual size) + delta(Rss)
 // (committed = accessible regions only, so a 64 MiB PROT_NONE arena
 // reservation weighs nothing while an 8 MiB thread stack does, and touched
-// memory counts twice). Recorder and Free never dominate. A weight below
+// memory counts twice). For Image the Rss term is left out: code pages
+// faulted in while a program warms up are not growth; new images are.
+// Recorder and Free never dominate. A weight below
 // kSignificantGrowth (128 KiB) is "no significant address-space growth".
 #pragma once
 

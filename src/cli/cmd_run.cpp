@@ -123,8 +123,10 @@ int run(const RunOptions& o) {
     while (waitpid(g_child, &status, 0) < 0 && errno == EINTR) {
     }
     std::ifstream paths(paths_file);
+    int logs = 0;
     for (std::string line; std::getline(paths, line);)
-        if (!line.empty()) std::cerr << "heapsnap: log: " << line << "\n";
+        if (!line.empty()) std::cerr << "heapsnap: log: " << line << "\n", ++logs;
+    if (!logs) warn("no log was written (see the recorder's message above, if any)");
     unlink(paths_file.c_str());
     rmdir(dir.c_str());
     if (WIFEXITED(status)) return WEXITSTATUS(status);

@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <cstring>
 #include <iostream>
@@ -74,11 +76,11 @@ Reply request_marker(pid_t pid, const std::string& label, double timeout_s) {
         throw Error("process " + std::to_string(pid) +
                     " is not recorded by heapsnap (no control socket; start it with 'heapsnap run')");
     }
+    // A refusal (another user) may arrive and close the socket before the
+    // request is sent: a failed send still reads the answer.
     std::string request = "snapshot " + label + "\n";
-    if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) {
-        close(fd);
-        throw Error("process " + std::to_string(pid) + ": cannot send the request: " + std::strerror(errno));
-    }
+    bool sent = send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size());
+    int send_errno = errno;
     std::string answer;
     timespec start;
     clock_gettime(CLOCK_MONOTONIC, &start);
@@ -89,7 +91,7 @@ Reply request_marker(pid_t pid, const std::string& label, double timeout_s) {
         if (elapsed >= timeout_s) {
             close(fd);
             throw Error("process " + std::to_string(pid) + " did not write the marker within " +
-                        std::to_string(static_cast<int>(timeout_s)) + " s (is it stopped?)");
+                        fmt::format("{:g}", timeout_s) + " s (is it stopped?)");
         }
         pollfd p{fd, POLLIN, 0};
         int r = poll(&p, 1, static_cast<int>((timeout_s - elapsed) * 1000) + 1);
@@ -108,6 +110,8 @@ Reply request_marker(pid_t pid, const std::string& label, double timeout_s) {
         throw Error("process " + std::to_string(pid) + ": " + text);
     }
     size_t nl = answer.find('\n');
+    if (!sent && answer.empty())
+        throw Error("process " + std::to_string(pid) + ": cannot send the request: " + std::strerror(send_errno));
     if (answer.rfind("ok ", 0) != 0 || nl == std::string::npos)
         throw Error("process " + std::to_string(pid) + " ended before the marker was written");
     Reply reply;

@@ -25,6 +25,7 @@ void setup_diff(CLI::App& app, Action& action);
 void setup_dump(CLI::App& app, Action& action);
 void setup_markers(CLI::App& app, Action& action);
 void setup_maps(CLI::App& app, Action& action);
+void setup_report(CLI::App& app, Action& action);
 
 // Colour on stdout: a terminal, and NO_COLOR unset.
 bool stdout_wants_color();

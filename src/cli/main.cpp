@@ -33,9 +33,20 @@ int main(int argc, char** argv) {
     setup_run(app, action);
     setup_snapshot(app, action);
     setup_diff(app, action);
+    setup_report(app, action);
     setup_markers(app, action);
     setup_maps(app, action);
     setup_dump(app, action);
+    // CLI11 would say "A subcommand is required" for a mistyped command.
+    auto known = [&](const char* name) {
+        for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+            if (sub->get_name() == name) return true;
+        return false;
+    };
+    if (argc > 1 && argv[1][0] != '-' && !known(argv[1])) {
+        std::cerr << "heapsnap: error: unknown command '" << argv[1] << "'\nRun 'heapsnap --help' for usage.\n";
+        return kExitUsage;
+    }
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

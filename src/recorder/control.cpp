@@ -20,7 +20,7 @@ constexpr size_t kMaxRequest = 512;
 
 struct Pending {
     int fd;
-    uint32_t marker;
+    uint32_t token;  // take_marker's; the writer maps it to the marker index
 };
 
 int g_listen = -1;
@@ -95,13 +95,13 @@ void handle(int fd) {
         close(fd);
         return;
     }
-    uint32_t marker = take_marker(hslog::MarkerCause::Request, label[0] ? label : "snapshot");
-    if (!marker) {
+    uint32_t token = take_marker(hslog::MarkerCause::Request, label[0] ? label : "snapshot");
+    if (!token) {
         send_line(fd, "error the recorder is not recording");
         close(fd);
         return;
     }
-    g_pending[g_pending_count++] = Pending{fd, marker};
+    g_pending[g_pending_count++] = Pending{fd, token};
 }
 
 }  // namespace
@@ -156,9 +156,10 @@ void control_reply_durable(uint32_t durable_marker) {
     int kept = 0;
     for (int i = 0; i < g_pending_count; ++i) {
         Pending p = g_pending[i];
-        if (p.marker <= durable_marker) {
+        uint32_t marker = writer_marker_index(p.token);
+        if (marker && marker <= durable_marker) {
             char index[24];
-            format_uint(p.marker, index);
+            format_uint(marker, index);
             send_line(p.fd, "ok ", index);
             send_line(p.fd, writer_log_path());
             close(p.fd);

@@ -56,7 +56,6 @@ struct Real {
     void (*free)(void*);
     void* (*calloc)(size_t, size_t);
     void* (*realloc)(void*, size_t);
-    void* (*reallocarray)(void*, size_t, size_t);
     void* (*memalign)(size_t, size_t);
     int (*posix_memalign)(void**, size_t, size_t);
     void* (*aligned_alloc)(size_t, size_t);
@@ -107,7 +106,6 @@ void resolve() {
     lookup(real.free, "free");
     lookup(real.calloc, "calloc");
     lookup(real.realloc, "realloc");
-    lookup(real.reallocarray, "reallocarray");
     lookup(real.memalign, "memalign");
     lookup(real.posix_memalign, "posix_memalign");
     lookup(real.aligned_alloc, "aligned_alloc");
@@ -138,12 +136,12 @@ bool should_record() { return thread_state().internal == 0 && recorder_active();
 uint32_t capture_stack() {
     void* ips[kMaxDepth + 8];
     int n = unw_backtrace(ips, static_cast<int>(config().depth) + 8);
-    int skip = 0;
-    while (skip < n && is_recorder_address(reinterpret_cast<uint64_t>(ips[skip]))) ++skip;
-    int kept = n - skip;
-    if (kept > static_cast<int>(config().depth)) kept = static_cast<int>(config().depth);
-    if (kept < 0) kept = 0;
-    return intern_stack(reinterpret_cast<const uint64_t*>(ips + skip), static_cast<uint32_t>(kept));
+    // Recorder frames are never shown: the hooks at the top, and the hook in
+    // the middle when a hooked call (pthread_create) allocates inside.
+    uint32_t kept = 0;
+    for (int i = 0; i < n && kept < config().depth; ++i)
+        if (!is_recorder_address(reinterpret_cast<uint64_t>(ips[i]))) ips[kept++] = ips[i];
+    return intern_stack(reinterpret_cast<const uint64_t*>(ips), kept);
 }
 
 uint32_t stack_now() {
@@ -263,8 +261,7 @@ namespace {
 
 // realloc and reallocarray share this: the old block is released (recorded
 // first), the new one acquired. realloc(p, 0) frees p and returns NULL.
-void* reallocate(AllocFn fn, void* old, size_t size, void* (*call)(void*, size_t, size_t), size_t n,
-                 size_t elem) {
+void* reallocate(AllocFn fn, void* old, size_t size) {
     if (is_bootstrap(old)) {
         void* fresh = malloc(size);
         if (fresh) {
@@ -275,7 +272,7 @@ void* reallocate(AllocFn fn, void* old, size_t size, void* (*call)(void*, size_t
     }
     bool record = should_record();
     if (record && old) record_free(old);
-    void* p = call(old, n, elem);
+    void* p = real.realloc(old, size);
     if (record) {
         if (p) {
             record_alloc(fn, p, size);
@@ -287,8 +284,6 @@ void* reallocate(AllocFn fn, void* old, size_t size, void* (*call)(void*, size_t
     return p;
 }
 
-void* call_realloc(void* old, size_t size, size_t) { return real.realloc(old, size); }
-void* call_reallocarray(void* old, size_t n, size_t elem) { return real.reallocarray(old, n, elem); }
 
 }  // namespace
 
@@ -298,7 +293,7 @@ HEAPSNAP_EXPORT void* realloc(void* old, size_t size) {
         if (fresh && old) memmove(fresh, old, size);
         return fresh;
     }
-    return reallocate(AllocFn::Realloc, old, size, call_realloc, size, 0);
+    return reallocate(AllocFn::Realloc, old, size);
 }
 
 HEAPSNAP_EXPORT void* reallocarray(void* old, size_t n, size_t elem) {
@@ -308,7 +303,10 @@ HEAPSNAP_EXPORT void* reallocarray(void* old, size_t n, size_t elem) {
         return nullptr;
     }
     if (!ready()) return realloc(old, total);
-    return reallocate(AllocFn::Reallocarray, old, total, call_reallocarray, n, elem);
+    // glibc's reallocarray calls realloc through the PLT, which is our hook:
+    // call the real realloc with the checked product so the call is
+    // recorded once, as reallocarray.
+    return reallocate(AllocFn::Reallocarray, old, total);
 }
 
 HEAPSNAP_EXPORT void* memalign(size_t align, size_t size) {
@@ -371,6 +369,8 @@ HEAPSNAP_EXPORT void* mmap64(void* addr, size_t length, int prot, int flags, int
 
 HEAPSNAP_EXPORT int munmap(void* addr, size_t length) {
     if (!ready()) return static_cast<int>(syscall(SYS_munmap, addr, length));
+    auto start = reinterpret_cast<uint64_t>(addr);
+    if (forget_recorder_range(start, start + length)) return real.munmap(addr, length);
     if (should_record()) record_munmap(addr, length);
     return real.munmap(addr, length);
 }

@@ -7,6 +7,7 @@
 
 #include "addrspace/smaps_capture.h"
 #include "recorder/lifecycle.h"
+#include "recorder/modules.h"
 #include "recorder/raw_alloc.h"
 #include "recorder/thread_buffer.h"
 #include "recorder/writer.h"
@@ -20,7 +21,7 @@ constexpr size_t kMaxLabel = 256;
 // Worst case of one encoded region without its path.
 constexpr size_t kRegionFixed = 2 + 9 * codec::kMaxVarint;
 
-std::atomic<uint32_t> g_next_index{1};
+std::atomic<uint32_t> g_next_token{1};
 
 struct RegionSink {
     codec::Writer* out;
@@ -62,9 +63,15 @@ uint32_t take_marker(hslog::MarkerCause cause, const char* label) {
     auto* scratch = static_cast<char*>(raw_map(kScratchBytes));
     uint32_t index = 0;
     if (payload && scratch) {
-        index = g_next_index.fetch_add(1, std::memory_order_relaxed);
+        index = g_next_token.fetch_add(1, std::memory_order_relaxed);
+        if (!index) index = g_next_token.fetch_add(1, std::memory_order_relaxed);
+        // The module list is brought up to date at every marker, so a
+        // dlclose shows in the log even when no new stack follows it.
+        {
+            LockGuard guard(metadata_lock());
+            rescan_modules(false);
+        }
         codec::Writer w(payload, kPayloadBytes);
-        w.varint(index);
         w.u8(static_cast<uint8_t>(cause));
         size_t label_len = label ? strnlen(label, kMaxLabel) : 0;
         w.bytes(label ? label : "", label_len);
@@ -94,6 +101,7 @@ uint32_t take_marker(hslog::MarkerCause cause, const char* label) {
         slot.kind = SlotKind::Marker;
         slot.addr = reinterpret_cast<uint64_t>(payload);
         slot.size = w.size();
+        slot.aux = index;
         if (!emit(slot)) {
             raw_unmap(payload, kPayloadBytes);
             index = 0;
@@ -106,13 +114,6 @@ uint32_t take_marker(hslog::MarkerCause cause, const char* label) {
     return index;
 }
 
-uint32_t marker_index_of(const uint8_t* payload, size_t size) {
-    codec::Reader r(payload, size);
-    return static_cast<uint32_t>(r.varint());
-}
-
 void release_marker_payload(uint8_t* payload, size_t) { raw_unmap(payload, kPayloadBytes); }
-
-void reset_markers_after_fork() { g_next_index.store(1, std::memory_order_relaxed); }
 
 }  // namespace heapsnap::recorder

@@ -15,14 +15,14 @@
 
 namespace heapsnap::recorder {
 
-// Records a marker now; returns its 1-based index, or 0 when not recording.
+// Records a marker now. Returns a token (never 0) that names this marker
+// until the writer has given it its index, or 0 when not recording.
+//
+// Indices are given by the writer in the order markers enter the log, so
+// "marker 3" is always the third moment in time, whichever threads asked.
 uint32_t take_marker(hslog::MarkerCause cause, const char* label);
 
 // Writer side.
-uint32_t marker_index_of(const uint8_t* payload, size_t size);
 void release_marker_payload(uint8_t* payload, size_t size);
-
-// After fork the child numbers its markers from 1 again.
-void reset_markers_after_fork();
 
 }  // namespace heapsnap::recorder

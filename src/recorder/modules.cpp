@@ -2,6 +2,8 @@
 
 #include <elf.h>
 #include <link.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -106,12 +108,19 @@ void read_build_id(const dl_phdr_info* info, Module& m) {
     }
 }
 
+char g_resolved[PATH_MAX];
+
+// The executable has no name in the list; a plugin opened by a relative
+// path keeps it there ("./libplugin.so"), which a reader in another
+// directory could not open: make it absolute (against the current
+// directory, the best there is after the fact).
 const char* module_name(const dl_phdr_info* info, size_t* len) {
     const char* name = info->dlpi_name;
     if (!name || !*name) {
         *len = g_exe_len;
         return g_exe;
     }
+    if (name[0] != '/' && std::strchr(name, '/') && realpath(name, g_resolved)) name = g_resolved;
     *len = std::strlen(name);
     return name;
 }

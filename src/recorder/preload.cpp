@@ -112,7 +112,6 @@ void after_fork_child() {
     metadata_lock().reset();
     reset_rings_after_fork();
     writer_forget_after_fork();
-    reset_markers_after_fork();
     metadata_clear();
     int state = g_state.load();
     if (state == Active) g_state.store(ForkPending);
@@ -141,6 +140,7 @@ bool initialize() {
         diagnostic("refusing to record a setuid/setgid program (secure-execution mode); recording disabled");
         return false;
     }
+    init_clock();
     g_start_ns = now_ns();
     g_owner = getpid();
     init_recorder_range();
@@ -149,6 +149,7 @@ bool initialize() {
         rescan_modules(true);
     }
     if (pthread_key_create(&g_exit_key, on_thread_exit) != 0) return false;
+    current_thread_index();  // the thread that starts the process is thread 0
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
     return writer_open();
 }
@@ -209,7 +210,7 @@ using namespace heapsnap::recorder;
 
 HEAPSNAP_EXPORT int heapsnap_marker_v1(const char* label) {
     if (!recorder_active()) return 0;
-    return static_cast<int>(take_marker(heapsnap::hslog::MarkerCause::User, label ? label : ""));
+    return take_marker(heapsnap::hslog::MarkerCause::User, label ? label : "") != 0 ? 1 : 0;
 }
 
 __attribute__((constructor)) static void heapsnap_start() {
@@ -220,6 +221,7 @@ __attribute__((constructor)) static void heapsnap_start() {
 // destructors, so the exit marker sees their frees.
 __attribute__((destructor)) static void heapsnap_finish() {
     if (g_state.load() != Active) return;
+    writer_close_intervals();
     take_marker(heapsnap::hslog::MarkerCause::Exit, "exit");
     writer_stop(heapsnap::hslog::EndReason::Exit);
     g_state.store(ShutDown);

@@ -78,6 +78,17 @@ bool overlaps_recorder(uint64_t start, uint64_t end) {
 
 void note_recorder_range(uint64_t start, uint64_t end) { add_range(start, end); }
 
+bool forget_recorder_range(uint64_t start, uint64_t end) {
+    LockGuard guard(g_ranges_lock);
+    for (size_t i = 0; i < g_range_count; ++i) {
+        if (g_ranges[i].start < end && start < g_ranges[i].end) {
+            g_ranges[i] = g_ranges[--g_range_count];
+            return true;
+        }
+    }
+    return false;
+}
+
 uint64_t raw_mapped_bytes() { return g_mapped.load(std::memory_order_relaxed); }
 
 void* raw_block_alloc(void*, size_t bytes) {

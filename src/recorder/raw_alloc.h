@@ -26,6 +26,9 @@ uint64_t raw_mapped_bytes();
 bool overlaps_recorder(uint64_t start, uint64_t end);
 // Registers memory the recorder did not map itself (the writer's stack).
 void note_recorder_range(uint64_t start, uint64_t end);
+// Drops a registered range that [start, end) exactly or partly covers
+// (libunwind unmapping its cache); true if there was one.
+bool forget_recorder_range(uint64_t start, uint64_t end);
 
 // Small-object allocator for zstd's customMem: each block carries its size
 // in a header and is mapped on its own (zstd allocates a handful of

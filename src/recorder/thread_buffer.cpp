@@ -81,7 +81,7 @@ void append(ThreadRing& ring, Slot& slot) {
     }
     Slot& dst = ring.slots[ring.local_head % kRingSlots];
     ring.local_head++;
-    slot.ts = now_ns();
+    slot.ts = now_ticks();
     dst = slot;
     if (outer) {
         ring.head.store(ring.local_head, std::memory_order_release);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -59,6 +60,10 @@ uint64_t g_last_flush_ns = 0;
 uint32_t g_frame_max_marker = 0;
 bool g_failed = false;
 bool g_ended = false;
+uint32_t g_marker_count = 0;
+// Recent (token, index) pairs, for the control channel's replies.
+constexpr uint32_t kTokenMemory = 64;
+std::atomic<uint64_t> g_marker_tokens[kTokenMemory];
 Cursor* g_cursors = nullptr;
 size_t g_cursor_capacity = 0;
 
@@ -69,6 +74,10 @@ std::atomic<bool> g_stop{false};
 // clears it and writes the eventfd, so a busy program pays one syscall per
 // writer nap, not one per event.
 std::atomic<bool> g_sleeping{false};
+// The exit marker must be the last marker: once it is being taken, no
+// interval marker may start, and one already started must finish first.
+std::atomic<bool> g_intervals_closed{false};
+std::atomic<bool> g_interval_busy{false};
 pthread_t g_thread;
 int g_wake_fd = -1;
 
@@ -132,6 +141,7 @@ void put_raw_record(const uint8_t* data, size_t n) {
     commit(w);
 }
 
+// `ts` in nanoseconds; slot stamps go through ticks_to_ns first.
 uint64_t advance_time(uint64_t ts) {
     uint64_t dt = ts > g_stream_ts ? ts - g_stream_ts : 0;
     if (ts > g_stream_ts) g_stream_ts = ts;
@@ -152,39 +162,42 @@ void encode(const Slot& s) {
     }
     switch (s.kind) {
         case SlotKind::Alloc:
-            hslog::put_alloc(w, static_cast<hslog::AllocFn>(s.fn), advance_time(s.ts), advance_addr(s.addr), s.size,
+            hslog::put_alloc(w, static_cast<hslog::AllocFn>(s.fn), advance_time(ticks_to_ns(s.ts)), advance_addr(s.addr), s.size,
                              s.stack);
             g_events++;
             break;
         case SlotKind::Free:
-            hslog::put_free(w, advance_time(s.ts), advance_addr(s.addr));
+            hslog::put_free(w, advance_time(ticks_to_ns(s.ts)), advance_addr(s.addr));
             g_events++;
             break;
         case SlotKind::Mmap:
-            hslog::put_mmap(w, advance_time(s.ts), advance_addr(s.addr), s.size, s.fn, s.aux, s.stack);
+            hslog::put_mmap(w, advance_time(ticks_to_ns(s.ts)), advance_addr(s.addr), s.size, s.fn, s.aux, s.stack);
             g_events++;
             break;
         case SlotKind::Munmap:
-            hslog::put_munmap(w, advance_time(s.ts), advance_addr(s.addr), s.size);
+            hslog::put_munmap(w, advance_time(ticks_to_ns(s.ts)), advance_addr(s.addr), s.size);
             g_events++;
             break;
         case SlotKind::ThreadStart:
-            hslog::put_thread_start(w, advance_time(s.ts), s.thread, s.aux, s.addr, s.addr + s.size);
+            hslog::put_thread_start(w, advance_time(ticks_to_ns(s.ts)), s.thread, s.aux, s.addr, s.addr + s.size);
             break;
         case SlotKind::ThreadExit:
-            hslog::put_thread_exit(w, advance_time(s.ts), s.thread);
+            hslog::put_thread_exit(w, advance_time(ticks_to_ns(s.ts)), s.thread);
             break;
         case SlotKind::Marker: {
             commit(w);
             auto* payload = reinterpret_cast<uint8_t*>(s.addr);
-            codec::Writer m = reserve(2 + 2 * codec::kMaxVarint + s.size);
+            codec::Writer m = reserve(2 + 3 * codec::kMaxVarint + s.size);
             m.u8(static_cast<uint8_t>(hslog::Tag::Marker));
-            m.varint(advance_time(s.ts));
+            m.varint(advance_time(ticks_to_ns(s.ts)));
             m.varint(s.thread);
             m.varint(g_events);
+            m.varint(++g_marker_count);
             if (s.size <= m.room()) m.raw(payload, s.size);
             commit(m);
-            g_frame_max_marker = std::max(g_frame_max_marker, marker_index_of(payload, s.size));
+            g_marker_tokens[s.aux % kTokenMemory].store(uint64_t{s.aux} << 32 | g_marker_count,
+                                                        std::memory_order_release);
+            g_frame_max_marker = g_marker_count;
             release_marker_payload(payload, s.size);
             flush_frame();
             return;
@@ -220,7 +233,8 @@ bool later(const Cursor& a, const Cursor& b) {
 // One merge round: everything stamped below the watermark is final.
 // Returns the number of events emitted.
 size_t round_locked() {
-    uint64_t clock = now_ns();
+    recalibrate_clock();
+    uint64_t clock = now_ticks();
     std::atomic_thread_fence(std::memory_order_seq_cst);
     uint64_t watermark = UINT64_MAX;
     size_t n = 0;
@@ -241,6 +255,7 @@ size_t round_locked() {
     }
     {
         LockGuard guard(metadata_lock());
+        rescan_modules(false);
         metadata_drain([](const uint8_t* data, size_t size) { put_raw_record(data, size); });
     }
     // A min-heap of the rings that have an event below the watermark.
@@ -304,7 +319,10 @@ void* writer_main(void*) {
         if (interval_ns) {
             uint64_t now = now_ns();
             if (now >= next_interval) {
-                take_marker(hslog::MarkerCause::Interval, "interval");
+                g_interval_busy.store(true, std::memory_order_seq_cst);
+                if (!g_intervals_closed.load(std::memory_order_seq_cst))
+                    take_marker(hslog::MarkerCause::Interval, "interval");
+                g_interval_busy.store(false, std::memory_order_release);
                 next_interval += interval_ns;
                 if (next_interval <= now) next_interval = now + interval_ns;
             }
@@ -482,7 +500,10 @@ bool writer_open() {
     }
     g_fd = move_fd_high(create_log(g_path, sizeof g_path));
     if (g_fd < 0) {
-        diagnostic("cannot create log ", g_path, "; recording disabled");
+        char reason[128] = ": ";
+        strncat(reason, strerror(errno), sizeof reason - 3);
+        diagnostic("cannot create log ", g_path, reason);
+        diagnostic("recording disabled");
         return false;
     }
     uint8_t header[hslog::kHeaderSize];
@@ -504,6 +525,7 @@ bool writer_open() {
     g_stream_addr = 0;
     g_stream_thread = UINT32_MAX;
     g_durable_marker.store(0);
+    g_marker_count = 0;
     g_last_flush_ns = now_ns();
     codec::Writer w = reserve(16384);
     write_process_record(w);
@@ -536,6 +558,11 @@ bool writer_start_thread() {
     if (err) return false;
     g_running.store(true);
     return true;
+}
+
+void writer_close_intervals() {
+    g_intervals_closed.store(true, std::memory_order_seq_cst);
+    while (g_interval_busy.load(std::memory_order_seq_cst)) sched_yield();
 }
 
 bool writer_running() { return g_running.load(std::memory_order_acquire); }
@@ -589,6 +616,8 @@ void writer_forget_after_fork() {
     g_writer_lock.reset();
     g_running.store(false);
     g_stop.store(false);
+    g_intervals_closed.store(false);
+    g_interval_busy.store(false);
     if (g_fd >= 0) close(g_fd);
     g_fd = -1;
     g_frame_used = 0;
@@ -620,5 +649,10 @@ int move_fd_high(int fd) {
 }
 
 uint32_t writer_durable_marker() { return g_durable_marker.load(std::memory_order_acquire); }
+
+uint32_t writer_marker_index(uint32_t token) {
+    uint64_t entry = g_marker_tokens[token % kTokenMemory].load(std::memory_order_acquire);
+    return (entry >> 32) == token ? static_cast<uint32_t>(entry) : 0;
+}
 
 }  // namespace heapsnap::recorder

@@ -25,6 +25,8 @@ namespace heapsnap::recorder {
 bool writer_open();
 bool writer_start_thread();
 bool writer_running();
+// No interval marker after this returns (the exit marker comes next).
+void writer_close_intervals();
 void writer_wake();
 void writer_drain_inline();
 // Final rounds, End record, close. Safe to call more than once.
@@ -45,5 +47,7 @@ int move_fd_high(int fd);
 const char* writer_log_path();
 // Highest marker index whose frame has been written to the file.
 uint32_t writer_durable_marker();
+// The index the writer gave the marker with this token, 0 if not yet.
+uint32_t writer_marker_index(uint32_t token);
 
 }  // namespace heapsnap::recorder

@@ -34,6 +34,7 @@ public:
         : moment_(moment), stop_after_events_(stop_after_events) {}
 
     void on_marker(const MarkerRecord& m) override {
+        last_marker_ns_ = std::max(last_marker_ns_, m.time_ns);
         seen_.push_back(m);
         seen_.back().regions.clear();
         bool match = false;
@@ -66,6 +67,8 @@ public:
     }
 
     bool taken() const { return taken_; }
+    // The last moment the log speaks of: its last event or marker.
+    uint64_t end_ns() const { return std::max(last_time_ns(), last_marker_ns_); }
     Snapshot& result() { return result_; }
     const std::vector<MarkerRecord>& seen() const { return seen_; }
 
@@ -97,6 +100,7 @@ private:
     }
 
     Moment moment_;
+    uint64_t last_marker_ns_ = 0;
     uint64_t stop_after_events_;
     bool taken_ = false;
     Snapshot result_;
@@ -205,7 +209,7 @@ Snapshot snapshot_at(const std::string& log, const Moment& moment) {
     if (!replay.taken()) {
         switch (moment.kind) {
             case Moment::Kind::End:
-            case Moment::Kind::Time: replay.take_synthetic(replay.last_time_ns(), moment.text); break;
+            case Moment::Kind::Time: replay.take_synthetic(replay.end_ns(), moment.text); break;
             case Moment::Kind::Exit:
                 throw Error(log + ": no marker \"exit\": the process did not exit normally" +
                             std::string(summary.truncated ? " (the log is truncated)" : "") +

@@ -270,4 +270,158 @@ Snapshot Replay::snapshot(const MarkerRecord& marker, bool has_marker_data) cons
     return s;
 }
 
+// ---- History -----------------------------------------------------------------
+
+void AllocationTimeline::add(uint64_t offset_ns) {
+    uint64_t slice = offset_ns / slice_ns;
+    while (slice >= kSlices) {
+        std::vector<uint64_t> merged((counts.size() + 1) / 2, 0);
+        for (size_t i = 0; i < counts.size(); ++i) merged[i / 2] += counts[i];
+        counts = std::move(merged);
+        slice_ns *= 2;
+        slice = offset_ns / slice_ns;
+    }
+    if (slice >= counts.size()) counts.resize(slice + 1, 0);
+    counts[slice]++;
+}
+
+bool HistoryReplay::admit() {
+    if (applied_ < stop_after_) return true;
+    request_stop();
+    return false;
+}
+
+void HistoryReplay::applied() {
+    if (++applied_ == stop_after_) request_stop();
+}
+
+HistoryReplay::ThreadState& HistoryReplay::thread_state(uint32_t thread) {
+    if (thread >= threads_state_.size()) threads_state_.resize(thread + 1);
+    return threads_state_[thread];
+}
+
+void HistoryReplay::settle(ThreadState& t, bool temporary) {
+    if (!t.pending) return;
+    t.pending = false;
+    if (!temporary) return;
+    temporary_++;
+    if (t.pending_stack >= activity_.size()) activity_.resize(t.pending_stack + 1);
+    activity_[t.pending_stack].temporary++;
+}
+
+void HistoryReplay::change(uint32_t stack, int64_t bytes, int64_t blocks) {
+    if (stack >= since_peak_.size()) {
+        size_t n = std::max<size_t>(stack + 1, since_peak_.size() * 2);
+        since_peak_.resize(n);
+        at_peak_.resize(n);
+        is_touched_.resize(n, 0);
+    }
+    since_peak_[stack].bytes += bytes;
+    since_peak_[stack].blocks += blocks;
+    if (!is_touched_[stack]) {
+        is_touched_[stack] = 1;
+        touched_.push_back(stack);
+    }
+}
+
+void HistoryReplay::fold_into_peak() {
+    for (uint32_t stack : touched_) {
+        at_peak_[stack].bytes += since_peak_[stack].bytes;
+        at_peak_[stack].blocks += since_peak_[stack].blocks;
+        since_peak_[stack] = Change{};
+        is_touched_[stack] = 0;
+    }
+    touched_.clear();
+    peak_bytes_ = totals().live_bytes;
+    peak_blocks_ = totals().live_blocks;
+    peak_time_ns_ = totals().peak_time_ns;
+}
+
+void HistoryReplay::on_alloc(const AllocEvent& e) {
+    if (!admit()) return;
+    ThreadState& t = thread_state(e.thread);
+    settle(t, e.fn != hslog::AllocFn::Realloc && e.fn != hslog::AllocFn::Reallocarray);
+    if (const LiveBlock* old = find_block(e.address)) change(old->stack, -static_cast<int64_t>(old->size), -1);
+    change(e.stack, static_cast<int64_t>(e.size), 1);
+    Replay::on_alloc(e);
+    if (totals().peak_bytes > peak_bytes_) fold_into_peak();
+    t.last_alloc = e.address;
+    heap_allocations_++;
+    if (e.stack >= activity_.size()) activity_.resize(std::max<size_t>(e.stack + 1, activity_.size() * 2));
+    activity_[e.stack].allocations++;
+    timeline_.add(e.time_ns >= process_.start_ns ? e.time_ns - process_.start_ns : 0);
+    applied();
+}
+
+void HistoryReplay::on_free(const FreeEvent& e) {
+    if (!admit()) return;
+    ThreadState& t = thread_state(e.thread);
+    settle(t, true);
+    if (const LiveBlock* block = find_block(e.address)) {
+        if (t.last_alloc == e.address) {
+            t.pending = true;
+            t.pending_stack = block->stack;
+        }
+        change(block->stack, -static_cast<int64_t>(block->size), -1);
+    }
+    if (t.last_alloc == e.address) t.last_alloc = 0;
+    Replay::on_free(e);
+    applied();
+}
+
+void HistoryReplay::on_mmap(const MmapEvent& e) {
+    if (!admit()) return;
+    Replay::on_mmap(e);
+    timeline_.add(e.time_ns >= process_.start_ns ? e.time_ns - process_.start_ns : 0);
+    applied();
+}
+
+void HistoryReplay::on_munmap(const MunmapEvent& e) {
+    if (!admit()) return;
+    Replay::on_munmap(e);
+    applied();
+}
+
+void HistoryReplay::finish() {
+    for (ThreadState& t : threads_state_) settle(t, true);
+}
+
+SizeHistogram HistoryReplay::live_sizes() const {
+    SizeHistogram h;
+    for_each_block([&](uint64_t, const LiveBlock& b) { h.add(b.size); });
+    return h;
+}
+
+Snapshot HistoryReplay::peak() const {
+    MarkerRecord m;
+    m.time_ns = peak_time_ns_;
+    m.label = "peak";
+    Snapshot s = snapshot(m, false);
+    s.entries.clear();
+    s.stacks.clear();
+    s.totals.live_bytes = peak_bytes_;
+    s.totals.live_blocks = peak_blocks_;
+    s.totals.mmap_bytes = 0;
+    s.totals.mmap_regions = 0;
+    for (uint32_t id = 0; id < at_peak_.size(); ++id) {
+        if (!at_peak_[id].blocks) continue;
+        s.entries.push_back(SnapshotEntry{id, EntryKind::Heap, static_cast<uint64_t>(at_peak_[id].bytes),
+                                          static_cast<uint64_t>(at_peak_[id].blocks), 0, 0});
+        auto it = stack_table().find(id);
+        s.stacks[id] = it != stack_table().end() ? it->second : std::vector<StackFrame>{};
+    }
+    return s;
+}
+
+std::vector<Snapshot> snapshot_every_marker(const std::string& log) {
+    class EveryMarker : public Replay {
+    public:
+        void on_marker(const MarkerRecord& m) override { snapshots.push_back(snapshot(m, true)); }
+        std::vector<Snapshot> snapshots;
+    } replay;
+    read_log(log, replay);
+    for (Snapshot& s : replay.snapshots) s.source = log;
+    return std::move(replay.snapshots);
+}
+
 }  // namespace heapsnap

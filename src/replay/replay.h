@@ -13,6 +13,8 @@
 // freed.
 #pragma once
 
+#include <array>
+#include <bit>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -73,6 +75,14 @@ protected:
     SnapshotTotals totals_;
     uint64_t last_time_ns_ = 0;
 
+    // For subclasses that watch the live set (HistoryReplay).
+    const LiveBlock* find_block(uint64_t address) { return blocks_.find(address); }
+    template <class Fn>
+    void for_each_block(Fn&& fn) const {
+        blocks_.for_each(fn);
+    }
+    const std::map<uint32_t, std::vector<StackFrame>>& stack_table() const { return stacks_; }
+
 private:
     void remove_mapping_range(uint64_t start, uint64_t end);
     StackTotals& stack_totals(uint32_t stack);
@@ -85,5 +95,121 @@ private:
     std::map<uint32_t, SnapshotModule> modules_;
     std::map<uint32_t, ThreadStartRecord> threads_;  // live threads
 };
+
+// ---- History: what `heapsnap report LOG@MARKER` shows beyond the live set --
+
+// Live heap blocks by size. Class 0 holds empty blocks, class k >= 1 sizes in
+// [2^(k-1), 2^k): power-of-two classes because allocators think in them
+// (glibc's bins, the mmap threshold of 128 KiB = the lower bound of class
+// 18), and 65 rows cover every size a 64-bit process can ask for.
+struct SizeHistogram {
+    static constexpr size_t kClasses = 65;
+    std::array<uint64_t, kClasses> blocks{};
+    std::array<uint64_t, kClasses> bytes{};
+
+    static size_t class_of(uint64_t size) { return static_cast<size_t>(std::bit_width(size)); }
+    static uint64_t class_min(size_t k) { return k ? uint64_t{1} << (k - 1) : 0; }
+    void add(uint64_t size) {
+        blocks[class_of(size)]++;
+        bytes[class_of(size)] += size;
+    }
+};
+
+// Allocation events over time at a resolution that follows the length of
+// the recording: slices start 1 µs wide; when an event falls past the last
+// of kSlices slices, neighbours are merged and the width doubles. Memory is
+// fixed, every slice's count is exact, and a reader regroups the slices
+// into the few buckets it shows (the end of the recording is not known
+// while it is read).
+struct AllocationTimeline {
+    static constexpr size_t kSlices = 1024;
+    uint64_t slice_ns = 1000;
+    std::vector<uint64_t> counts;  // slice i: [i, i+1) * slice_ns after process start
+
+    void add(uint64_t offset_ns);
+};
+
+struct StackActivity {
+    uint64_t allocations = 0;  // heap allocations made by the stack
+    uint64_t temporary = 0;    // of those, temporary (see HistoryReplay)
+};
+
+// The replay behind a report of a log: the live state at a moment plus how
+// the process got there, in one pass. Kept out of Replay so snapshots and
+// diffs (the hot path) pay nothing for it.
+//
+// - Temporary allocations, heaptrack's definition: a heap block freed by
+//   the thread that allocated it before that thread allocated anything
+//   else. A realloc is recorded as Free + Alloc; the Free of a realloc
+//   resizes the block rather than throwing it away, so it does not make
+//   the block temporary (the thread's next record after such a Free is the
+//   realloc's Alloc, which is how it is recognised).
+// - The live heap per call site at the peak (most live heap bytes, the
+//   first time reached, as SnapshotTotals::peak_bytes), without a second
+//   pass: changes since the last peak are kept per stack and folded into
+//   the peak state whenever a new peak is reached, so each event is folded
+//   at most once.
+class HistoryReplay : public Replay {
+public:
+    // Applies the first `stop_after_events` alloc/free/mmap/munmap events
+    // of the log and stops: the moment of a snapshot whose totals.events is
+    // that number.
+    explicit HistoryReplay(uint64_t stop_after_events) : stop_after_(stop_after_events) {}
+
+    void on_alloc(const AllocEvent& e) override;
+    void on_free(const FreeEvent& e) override;
+    void on_mmap(const MmapEvent& e) override;
+    void on_munmap(const MunmapEvent& e) override;
+
+    // Settles the temporaries still undecided; call once after the read.
+    void finish();
+
+    uint64_t heap_allocations() const { return heap_allocations_; }
+    uint64_t temporary() const { return temporary_; }
+    const std::vector<StackActivity>& activity() const { return activity_; }  // by stack id
+    const AllocationTimeline& timeline() const { return timeline_; }        // alloc and mmap events
+    SizeHistogram live_sizes() const;
+    // The live heap at the peak: entries (heap only, no ages), the stacks
+    // they use, modules and totals (live bytes and blocks at the peak).
+    Snapshot peak() const;
+    // Every stack defined so far (also those with nothing live).
+    const std::map<uint32_t, std::vector<StackFrame>>& stacks() const { return stack_table(); }
+
+private:
+    struct ThreadState {
+        uint64_t last_alloc = 0;  // address of its latest allocation, until freed
+        bool pending = false;     // freed its latest allocation; temporary unless a realloc's Alloc follows
+        uint32_t pending_stack = 0;
+    };
+    struct Change {
+        int64_t bytes = 0;
+        int64_t blocks = 0;
+    };
+
+    bool admit();
+    void applied();
+    ThreadState& thread_state(uint32_t thread);
+    void settle(ThreadState& t, bool temporary);
+    void change(uint32_t stack, int64_t bytes, int64_t blocks);
+    void fold_into_peak();
+
+    uint64_t stop_after_;
+    uint64_t applied_ = 0;
+    uint64_t heap_allocations_ = 0;
+    uint64_t temporary_ = 0;
+    std::vector<StackActivity> activity_;
+    std::vector<ThreadState> threads_state_;
+    AllocationTimeline timeline_;
+    uint64_t peak_bytes_ = 0;
+    uint64_t peak_blocks_ = 0;
+    uint64_t peak_time_ns_ = 0;
+    std::vector<Change> at_peak_;      // by stack: live heap at the peak
+    std::vector<Change> since_peak_;   // by stack: changes after it
+    std::vector<uint32_t> touched_;    // stacks with a change since the peak
+    std::vector<uint8_t> is_touched_;
+};
+
+// One snapshot per marker of `log`, in order, from one pass (`LOG@*`).
+std::vector<Snapshot> snapshot_every_marker(const std::string& log);
 
 }  // namespace heapsnap

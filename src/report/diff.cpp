@@ -81,6 +81,16 @@ struct Group {
 }  // namespace
 
 bool is_allocation_frame(const SymbolFrame& f) {
+    // Demangled template instances may start with their return type
+    // ("void std::vector<int>::_M_realloc_insert<...>"): look at the name
+    // after it. The standard library's own functions (containers, strings,
+    // smart pointers, allocators) are plumbing: the site is their caller.
+    std::string_view name = f.function;
+    if (size_t space = name.find(' '); space != std::string_view::npos && name.find('(') > space &&
+                                       name.find('<') > space && name.compare(0, 8, "operator") != 0)
+        name.remove_prefix(space + 1);
+    for (std::string_view lib : {"std::", "__gnu_cxx::", "__cxxabiv1::"})
+        if (name.substr(0, lib.size()) == lib) return true;
     static const std::string_view kPrefixes[] = {
         "operator new",           "std::allocator",          "std::__new_allocator",     "__gnu_cxx::new_allocator",
         "__gnu_cxx::__new_allocator", "std::allocator_traits", "std::__allocated_ptr",     "std::_Vector_base",
@@ -89,7 +99,7 @@ bool is_allocation_frame(const SymbolFrame& f) {
         "std::make_shared",       "std::make_unique",
     };
     for (std::string_view p : kPrefixes)
-        if (starts_with(f.function, p)) return true;
+        if (name.substr(0, p.size()) == p) return true;
     std::string module = basename_of(f.module);
     return starts_with(module, "libc.so") || starts_with(module, "libstdc++.so") || starts_with(module, "ld-linux") ||
            starts_with(module, "libc++");

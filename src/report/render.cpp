@@ -75,14 +75,19 @@ std::string render_diff_text(const Snapshot& old_snap, const Snapshot& new_snap,
     for (const DiffEntry& e : diff.entries) {
         char sign = e.bytes_delta >= 0 ? '+' : '-';
         uint64_t magnitude = static_cast<uint64_t>(e.bytes_delta < 0 ? -e.bytes_delta : e.bytes_delta);
-        std::string head = fmt::format("{} {:>9} ( {:>9} - {:>9} ) {:>7} {}  ({} blocks, {})", sign, magnitude, e.new_bytes,
-                                       e.old_bytes, e.new_blocks, e.kind == EntryKind::Heap ? "allocs" : "mmaps",
-                                       signed_count(e.blocks_delta), human_bytes_signed(e.bytes_delta));
+        bool heap = e.kind == EntryKind::Heap;
+        std::string head = fmt::format("{} {:>9} ( {:>9} - {:>9} ) {:>7} {}  ({} {}, {})", sign, magnitude, e.new_bytes,
+                                       e.old_bytes, e.new_blocks, heap ? "allocs" : "mmaps", signed_count(e.blocks_delta),
+                                       heap ? "blocks" : "regions", human_bytes_signed(e.bytes_delta));
         out += (e.bytes_delta > 0 ? p.grow(head) : e.bytes_delta < 0 ? p.shrink(head) : head) + "\n";
         for (const SymbolFrame& f : e.frames) {
             std::string name = frame_label(f);
             if (f.inlined) name += " [inlined]";
-            out += fmt::format("        {:<40} {:<32} {}\n", name, p.dim(frame_location(f)), p.dim(basename_of(f.module)));
+            // Long (C++) names push the location right instead of breaking
+            // the columns of the frames below.
+            std::string location = frame_location(f);
+            out += fmt::format("        {:<40}  {:<32}  {}\n", name, location.empty() ? "" : p.dim(location),
+                               p.dim(basename_of(f.module)));
         }
         out += "\n";
     }

@@ -92,7 +92,7 @@ class CrashTest(HeapsnapTest):
         m = next(m for m in data["markers"] if m["label"] == "A")
         self.assertEqual((m["live_bytes"], m["live_blocks"]), (20340, 16))
         growth.send("phase2", "phase2 done")
-        growth.send("mark B", "marked B 2")
+        growth.send("mark B", "marked B 1")
         self.wait_for_marker(log, "B")
         diff = self.diff(log + "@A", log + "@B")
         self.assertEqual((diff["total"]["bytes_delta"], diff["total"]["blocks_delta"]), (17817, 11))

@@ -4,7 +4,6 @@ alloc_pattern, whose every call and live byte is known (alloc_pattern.c)."""
 import collections
 import os
 import stat
-import subprocess
 import time
 
 from harness import PAGE, PRELOAD, Growth, HeapsnapTest, main, program

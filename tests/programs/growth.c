@@ -9,8 +9,8 @@
  *                      (at start)  -> "ready pid=<pid>"
  *                      phase1      -> "phase1 done"
  *                      phase2      -> "phase2 done"
- *                      mark LABEL  -> "marked LABEL <index>"  (heapsnap_marker(LABEL);
- *                                     index 0 when not recorded)
+ *                      mark LABEL  -> "marked LABEL <r>"  (r = heapsnap_marker(LABEL):
+ *                                     1 recorded, 0 not recorded)
  *                      quit / EOF  -> "bye", exit 0
  *                      other       -> "unknown command"
  *                    A test can take `heapsnap snapshot PID` between the

@@ -118,7 +118,9 @@ TEST_CASE("diff: allocation frames are recognised") {
     SymbolFrame f;
     f.function = "operator new(unsigned long)";
     CHECK(is_allocation_frame(f));
-    f.function = "std::vector<int, std::allocator<int> >::_M_realloc_insert";
+    f.function = "void std::vector<int, std::allocator<int> >::_M_realloc_insert<int const&>(int const&)";
+    CHECK(is_allocation_frame(f));
+    f.function = "void leaky<int>(int)";
     CHECK_FALSE(is_allocation_frame(f));
     f.function = "strdup";
     f.module = "/usr/lib/x86_64-linux-gnu/libc.so.6";

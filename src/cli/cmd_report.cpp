@@ -1,0 +1,150 @@
+// `heapsnap report SNAPSHOT|LOG[@MARKER]`: one moment explained — top call
+// sites, functions and modules, sizes and ages of the live blocks, and for
+// a log the way there (peak, temporaries, allocation rate). See
+// report/report.h; JSON: formats/report-json.md.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "cli/commands.h"
+#include "format/hslog.h"
+#include "format/snapshot_file.h"
+#include "replay/marker_select.h"
+#include "report/flame.h"
+#include "report/render.h"
+#include "report/report.h"
+#include "util/error.h"
+#include "util/human.h"
+
+namespace heapsnap::cli {
+namespace {
+
+struct ReportCliOptions {
+    std::string target;
+    std::string format = "text";
+    size_t top = 10;
+    bool bytes = false;
+    std::string table = "sites";
+    std::vector<std::string> exclude;
+    std::string color = "auto";
+};
+
+bool has_log_magic(const std::string& path) {
+    char head[sizeof hslog::kMagic];
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, head, sizeof head);
+    close(fd);
+    return n == static_cast<ssize_t>(sizeof head) && std::memcmp(head, hslog::kMagic, sizeof head) == 0;
+}
+
+std::string basename_of(const std::string& path) {
+    size_t slash = path.rfind('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+int run_report(const ReportCliOptions& o) {
+    // What the target is: a snapshot, LOG@MARKER, or a log (its exit).
+    std::string log, moment_text;
+    Snapshot moment;
+    if (looks_like_snapshot(o.target)) {
+        moment = read_snapshot(o.target);
+    } else if (split_log_at(o.target, &log, &moment_text) && !looks_like_snapshot(log)) {
+    } else if (has_log_magic(o.target)) {
+        log = o.target;
+        moment_text = "exit";
+    } else {
+        moment = read_snapshot(o.target);  // reports the file's problem
+    }
+    bool picture = o.format == "folded" || o.format == "svg";
+    std::optional<ReportHistory> history;
+    if (!log.empty()) {
+        moment = snapshot_at(log, parse_moment(moment_text));
+        if (!picture) history = replay_history(log, moment);
+    }
+
+    ReportOptions options;
+    for (const std::string& re : o.exclude) {
+        try {
+            options.exclude.emplace_back(re, std::regex::ECMAScript);
+        } catch (const std::regex_error& e) {
+            throw Error("--exclude '" + re + "': bad regular expression: " + e.what());
+        }
+    }
+    Symbolizer symbolizer;
+    Report report = build_report(moment, history ? &*history : nullptr, options, symbolizer);
+    for (const std::string& w : report.warnings) warn(w);
+
+    if (o.format == "json") {
+        std::cout << report_to_json(moment, report, o.top).dump(2) << "\n";
+    } else if (o.format == "csv") {
+        static const std::pair<const char*, ReportTable> kTables[] = {{"sites", ReportTable::Sites},
+                                                                       {"functions", ReportTable::Functions},
+                                                                       {"modules", ReportTable::Modules},
+                                                                       {"sizes", ReportTable::Sizes},
+                                                                       {"rate", ReportTable::Rate}};
+        ReportTable table = ReportTable::Sites;
+        for (const auto& [name, value] : kTables)
+            if (o.table == name) table = value;
+        std::cout << render_report_csv(report, table, o.top);
+    } else if (o.format == "folded") {
+        std::cout << render_folded(flame_stacks_of_live(report));
+    } else if (o.format == "svg") {
+        FlameSvgOptions svg;
+        svg.palette = FlamePalette::Live;
+        svg.title = "Live heap of " + basename_of(moment.process.exe) + " at \"" + moment.marker.label + "\"";
+        svg.subtitle = "pid " + std::to_string(moment.process.pid) + ", " + human_bytes(moment.totals.live_bytes) +
+                       " in " + std::to_string(moment.totals.live_blocks) + " blocks, " +
+                       human_bytes(moment.totals.mmap_bytes) + " mmapped";
+        std::cout << render_flame_svg(flame_stacks_of_live(report), svg);
+    } else {
+        ReportRender how;
+        how.top = o.top;
+        how.exact_bytes = o.bytes;
+        how.color = o.color == "always" || (o.color == "auto" && stdout_wants_color());
+        std::cout << render_report_text(moment, report, how);
+    }
+    std::cout.flush();
+    return kExitOk;
+}
+
+}  // namespace
+
+void setup_report(CLI::App& app, Action& action) {
+    auto o = std::make_shared<ReportCliOptions>();
+    CLI::App* sub = app.add_subcommand(
+        "report", "One moment explained: top call sites, functions, modules, sizes, ages, peak, temporaries, rate");
+    sub->add_option("target", o->target, "A .hsnap file, LOG@MARKER, or LOG (its exit: leaks at exit)")->required();
+    sub->add_option("--format", o->format, "text, json, csv, folded (flame graph input) or svg (flame graph)")
+        ->check(CLI::IsMember({"text", "json", "csv", "folded", "svg"}))
+        ->default_val(o->format);
+    sub->add_option("--top", o->top, "Rows per list (0: all; folded and svg always show every call site)")
+        ->default_val(o->top);
+    sub->add_flag("--bytes", o->bytes, "Exact byte counts instead of human-readable sizes (text)");
+    sub->add_option("--table", o->table, "The table --format csv prints: sites, functions, modules, sizes or rate")
+        ->check(CLI::IsMember({"sites", "functions", "modules", "sizes", "rate"}))
+        ->default_val(o->table);
+    sub->add_option("--exclude", o->exclude, "Drop frames whose function matches REGEX (repeatable)");
+    sub->add_option("--color", o->color, "auto, always or never")
+        ->check(CLI::IsMember({"auto", "always", "never"}))
+        ->default_val(o->color);
+    sub->footer(
+        "A .hsnap holds the live heap per call site with ages; a log adds the sizes of the live blocks,\n"
+        "the peak and its call sites, temporary allocations and the allocation rate (one more replay).\n\n"
+        "Examples:\n"
+        "  heapsnap report app.hslog                      leaks at exit\n"
+        "  heapsnap report app.hslog@warm-up --top 20     the live heap at marker \"warm-up\"\n"
+        "  heapsnap report app.hslog@peak                 the moment of most live heap\n"
+        "  heapsnap report after.hsnap --bytes            a snapshot, exact byte counts\n"
+        "  heapsnap report app.hslog --format json | jq '.functions[0]'\n"
+        "  heapsnap report app.hslog --format csv --table sizes\n"
+        "  heapsnap report app.hslog --format svg > live.svg\n"
+        "  heapsnap report app.hslog --format folded | flamegraph.pl > live.svg");
+    sub->callback([o, &action] { action = [o] { return run_report(*o); }; });
+}
+
+}  // namespace heapsnap::cli

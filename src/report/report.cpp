@@ -1,0 +1,588 @@
+#include "report/report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "format/log_reader.h"
+#include "report/render.h"
+#include "util/error.h"
+#include "util/human.h"
+
+namespace heapsnap {
+namespace {
+
+std::string basename_of(const std::string& path) {
+    size_t slash = path.rfind('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// A frame's identity, as diff matches frames: its symbol when it has one,
+// else module and offset.
+std::string frame_key(const SymbolFrame& f) {
+    if (!f.function.empty())
+        return fmt::format("F\x1f{}\x1f{}\x1f{}\x1f{}", f.function, f.file, f.line, f.inlined ? 1 : 0);
+    return fmt::format("A\x1f{}\x1f{:x}", f.module, f.offset);
+}
+
+std::string stack_key(const std::vector<SymbolFrame>& frames) {
+    std::string key;
+    for (const SymbolFrame& f : frames) key += frame_key(f) + "\x1e";
+    return key;
+}
+
+uint64_t since_start(const Snapshot& s, uint64_t t) { return t >= s.process.start_ns ? t - s.process.start_ns : 0; }
+
+// Sites of a snapshot's entries, merged by symbolized stack, in identity
+// order (the map's).
+std::vector<ReportSite> collect_sites(const Snapshot& snap, const ReportOptions& options, Symbolizer& symbolizer,
+                                      bool with_age, const std::vector<StackActivity>* activity) {
+    StackSymbols symbols(snap, symbolizer, options.exclude);
+    std::map<std::pair<std::string, EntryKind>, ReportSite> sites;
+    std::map<uint32_t, std::vector<SymbolFrame>> cache;
+    for (const SnapshotEntry& e : snap.entries) {
+        auto [frames, fresh_stack] = cache.try_emplace(e.stack);
+        if (fresh_stack) frames->second = symbols.frames(e.stack);
+        auto [it, fresh] = sites.try_emplace({stack_key(frames->second), e.kind});
+        ReportSite& site = it->second;
+        if (fresh) {
+            site.kind = e.kind;
+            site.frames = frames->second;
+            site.oldest_ns = e.oldest_ns;
+            site.newest_ns = e.newest_ns;
+        }
+        site.bytes += e.bytes;
+        site.blocks += e.blocks;
+        site.has_age = with_age;
+        site.oldest_ns = std::min(site.oldest_ns, e.oldest_ns);
+        site.newest_ns = std::max(site.newest_ns, e.newest_ns);
+        if (activity && e.kind == EntryKind::Heap) {
+            site.has_activity = true;
+            if (e.stack < activity->size()) {
+                site.allocations += (*activity)[e.stack].allocations;
+                site.temporary += (*activity)[e.stack].temporary;
+            }
+        }
+    }
+    std::vector<ReportSite> out;
+    out.reserve(sites.size());
+    for (auto& [key, site] : sites) out.push_back(std::move(site));
+    return out;
+}
+
+void sort_by_bytes(std::vector<ReportSite>& v) {
+    std::stable_sort(v.begin(), v.end(), [](const ReportSite& a, const ReportSite& b) {
+        return std::tie(b.bytes, b.blocks) < std::tie(a.bytes, a.blocks);
+    });
+}
+
+void sort_by_blocks(std::vector<ReportSite>& v) {
+    std::stable_sort(v.begin(), v.end(), [](const ReportSite& a, const ReportSite& b) {
+        return std::tie(b.blocks, b.bytes) < std::tie(a.blocks, a.bytes);
+    });
+}
+
+enum class GroupKind { Function, Module };
+
+std::vector<ReportGroup> group_sites(const std::vector<ReportSite>& sites, GroupKind kind) {
+    std::map<std::pair<std::string, EntryKind>, ReportGroup> groups;
+    for (const ReportSite& site : sites) {
+        const SymbolFrame* at = allocating_frame(site.frames);
+        SymbolFrame shown;
+        std::string key;
+        if (at && kind == GroupKind::Function) {
+            shown = *at;
+            shown.line = 0;
+            shown.inlined = false;
+            if (!shown.function.empty()) shown.offset = 0;
+            key = shown.function.empty() ? frame_key(shown) : "F\x1f" + shown.function;
+        } else if (at) {
+            shown.module = at->module;
+            key = "M\x1f" + at->module;
+        }
+        auto [it, fresh] = groups.try_emplace({key, site.kind});
+        if (fresh) {
+            it->second.kind = site.kind;
+            it->second.frame = shown;
+        }
+        it->second.bytes += site.bytes;
+        it->second.blocks += site.blocks;
+        it->second.sites++;
+    }
+    std::vector<ReportGroup> out;
+    for (auto& [key, g] : groups) out.push_back(std::move(g));
+    std::stable_sort(out.begin(), out.end(), [](const ReportGroup& a, const ReportGroup& b) {
+        return std::tie(b.bytes, b.blocks) < std::tie(a.bytes, a.blocks);
+    });
+    return out;
+}
+
+// ---- text -------------------------------------------------------------------
+
+struct Palette {
+    bool on;
+    std::string paint(const std::string& s, const char* code) const {
+        return on ? fmt::format("\x1b[{}m{}\x1b[0m", code, s) : s;
+    }
+    std::string dim(const std::string& s) const { return paint(s, "2"); }
+    std::string bold(const std::string& s) const { return paint(s, "1"); }
+};
+
+std::string human_duration(uint64_t ns) {
+    if (ns < 1000) return fmt::format("{} ns", ns);
+    double v = static_cast<double>(ns);
+    if (ns < 1000000) return fmt::format("{:.1f} us", v / 1e3);
+    if (ns < 1000000000) return fmt::format("{:.1f} ms", v / 1e6);
+    if (ns < 60000000000ull) return fmt::format("{:.2f} s", v / 1e9);
+    if (ns < 3600000000000ull) return fmt::format("{:.1f} min", v / 60e9);
+    return fmt::format("{:.1f} h", v / 3600e9);
+}
+
+std::string location(const SymbolFrame& f) {
+    if (f.file.empty()) return "";
+    return f.line ? fmt::format("{}:{}", basename_of(f.file), f.line) : basename_of(f.file);
+}
+
+// "leak_malloc  growth.c:66  (growth)": the allocating frame of a site.
+std::string site_line(const std::vector<SymbolFrame>& frames, const Palette& p) {
+    const SymbolFrame* f = allocating_frame(frames);
+    if (!f) return "[unknown]";
+    std::string s = frame_label(*f);
+    if (f->inlined) s += " [inlined]";
+    std::string loc = location(*f);
+    if (!loc.empty()) s += "  " + p.dim(loc);
+    if (!f->module.empty()) s += "  " + p.dim("(" + basename_of(f->module) + ")");
+    return s;
+}
+
+double percent(uint64_t part, uint64_t whole) {
+    return whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+}
+
+std::string bar(uint64_t part, uint64_t whole, size_t width) {
+    if (!whole || !part) return "";
+    size_t n = static_cast<size_t>(static_cast<double>(part) * static_cast<double>(width) / static_cast<double>(whole) + 0.5);
+    return std::string(std::max<size_t>(n, 1), '#');
+}
+
+// The line without trailing blanks (an empty bar column), with its newline.
+std::string trimmed(std::string line) {
+    line.erase(line.find_last_not_of(' ') + 1);
+    return line + "\n";
+}
+
+size_t shown(size_t n, size_t top) { return top && top < n ? top : n; }
+
+std::string kind_name(EntryKind k) { return k == EntryKind::Heap ? "heap" : "mmap"; }
+
+// ---- json -------------------------------------------------------------------
+
+nlohmann::json frames_json(const std::vector<SymbolFrame>& frames) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const SymbolFrame& f : frames) out.push_back(frame_json(f));
+    return out;
+}
+
+nlohmann::json site_json(uint64_t at, const ReportSite& s) {
+    auto age = [&](uint64_t t) {
+        return s.has_age ? nlohmann::json(static_cast<double>(at > t ? at - t : 0) / 1e9) : nlohmann::json(nullptr);
+    };
+    return {{"bytes", s.bytes},
+            {"blocks", s.blocks},
+            {"kind", kind_name(s.kind)},
+            {"age_oldest_s", age(s.oldest_ns)},
+            {"age_newest_s", age(s.newest_ns)},
+            {"allocations", s.has_activity ? nlohmann::json(s.allocations) : nlohmann::json(nullptr)},
+            {"temporary", s.has_activity ? nlohmann::json(s.temporary) : nlohmann::json(nullptr)},
+            {"frames", frames_json(s.frames)}};
+}
+
+nlohmann::json group_json(const ReportGroup& g) {
+    return {{"bytes", g.bytes}, {"blocks", g.blocks}, {"kind", kind_name(g.kind)}, {"sites", g.sites},
+            {"frame", frame_json(g.frame)}};
+}
+
+std::string csv_quote(const std::string& s) {
+    if (s.find_first_of(",\"\n") == std::string::npos) return s;
+    std::string q = "\"";
+    for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return q + "\"";
+}
+
+}  // namespace
+
+const SymbolFrame* allocating_frame(const std::vector<SymbolFrame>& frames) {
+    for (const SymbolFrame& f : frames)
+        if (!is_allocation_frame(f)) return &f;
+    return frames.empty() ? nullptr : &frames.back();
+}
+
+ReportHistory replay_history(const std::string& log, const Snapshot& moment) {
+    HistoryReplay replay(moment.totals.events);
+    read_log(log, replay);
+    replay.finish();
+    if (replay.totals().events != moment.totals.events)
+        throw Error(fmt::format("{}: the log ends after {} events, before the moment (event {})", log,
+                                replay.totals().events, moment.totals.events));
+    ReportHistory h;
+    h.sizes = replay.live_sizes();
+    h.heap_allocations = replay.heap_allocations();
+    h.temporary = replay.temporary();
+    h.timeline = replay.timeline();
+    h.activity = replay.activity();
+    h.peak = replay.peak();
+    h.temporary_stacks.process = h.peak.process;
+    h.temporary_stacks.modules = h.peak.modules;
+    for (uint32_t id = 0; id < h.activity.size(); ++id) {
+        if (!h.activity[id].temporary) continue;
+        auto it = replay.stacks().find(id);
+        h.temporary_stacks.stacks[id] = it != replay.stacks().end() ? it->second : std::vector<StackFrame>{};
+    }
+    return h;
+}
+
+std::vector<RateBucket> rate_buckets(const AllocationTimeline& t, uint64_t end_offset_ns, size_t buckets) {
+    std::vector<RateBucket> out;
+    if (!buckets || !t.slice_ns) return out;
+    size_t used = std::max<size_t>(t.counts.size(), end_offset_ns / t.slice_ns + 1);
+    size_t per = (used + buckets - 1) / buckets;
+    for (size_t start = 0; start < used; start += per) {
+        size_t end = std::min(start + per, used);
+        RateBucket b;
+        for (size_t i = start; i < end && i < t.counts.size(); ++i) b.allocations += t.counts[i];
+        b.start_s = static_cast<double>(start * t.slice_ns) / 1e9;
+        b.end_s = static_cast<double>(end * t.slice_ns) / 1e9;
+        b.per_second = static_cast<double>(b.allocations) / (b.end_s - b.start_s);
+        out.push_back(b);
+    }
+    return out;
+}
+
+std::string size_class_label(size_t k) {
+    if (k == 0) return "0 B";
+    auto pow2 = [](size_t e) {
+        static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+        return fmt::format("{} {}", uint64_t{1} << (e % 10), units[e / 10]);
+    };
+    return k < 64 ? fmt::format("[{}, {})", pow2(k - 1), pow2(k)) : fmt::format("[{}, 16 EiB)", pow2(k - 1));
+}
+
+Report build_report(const Snapshot& moment, const ReportHistory* history, const ReportOptions& options,
+                    Symbolizer& symbolizer) {
+    Report r;
+    r.at_ns = since_start(moment, moment.marker.time_ns);
+    r.sites = collect_sites(moment, options, symbolizer, true, history ? &history->activity : nullptr);
+    r.functions = group_sites(r.sites, GroupKind::Function);
+    r.modules = group_sites(r.sites, GroupKind::Module);
+    r.sites_by_blocks = r.sites;
+    sort_by_bytes(r.sites);
+    sort_by_blocks(r.sites_by_blocks);
+    if (history) {
+        r.from_log = true;
+        r.sizes = history->sizes;
+        r.heap_allocations = history->heap_allocations;
+        r.temporary = history->temporary;
+        r.rate = rate_buckets(history->timeline, since_start(moment, moment.marker.time_ns), 20);
+        r.peak_blocks = history->peak.totals.live_blocks;
+        if (history->peak.totals.live_bytes) {
+            r.peak_sites = collect_sites(history->peak, options, symbolizer, false, nullptr);
+            sort_by_bytes(r.peak_sites);
+        }
+        Snapshot temps = history->temporary_stacks;
+        for (const auto& [id, frames] : temps.stacks)
+            temps.entries.push_back(SnapshotEntry{id, EntryKind::Heap, 0, 0, 0, 0});
+        r.temporary_sites = collect_sites(temps, options, symbolizer, false, &history->activity);
+        std::stable_sort(r.temporary_sites.begin(), r.temporary_sites.end(), [](const ReportSite& a, const ReportSite& b) {
+            return std::tie(b.temporary, b.allocations) < std::tie(a.temporary, a.allocations);
+        });
+    }
+    r.warnings = symbolizer.warnings();
+    return r;
+}
+
+std::string render_report_text(const Snapshot& s, const Report& r, const ReportRender& how) {
+    Palette p{how.color};
+    auto size = [&](uint64_t v) { return how.exact_bytes ? std::to_string(v) : human_bytes(v); };
+    uint64_t at = r.at_ns;
+    std::string out;
+
+    out += p.bold("heapsnap report") + "\n";
+    std::string what = s.marker.index ? fmt::format("marker {} \"{}\"", s.marker.index, s.marker.label)
+                                      : fmt::format("moment \"{}\"", s.marker.label);
+    out += fmt::format("  pid {}  {}  {} at {:.3f} s\n", s.process.pid, basename_of(s.process.exe), what, s.time_s());
+    out += fmt::format("  from {} {}\n", r.from_log ? "the log" : "the snapshot",
+                       s.source.empty() ? std::string("(unknown)") : s.source);
+    out += "\n" + p.bold("Totals") + "\n";
+    out += fmt::format("  live heap         {} in {} blocks\n", size(s.totals.live_bytes), s.totals.live_blocks);
+    out += fmt::format("  live mmap         {} in {} regions\n", size(s.totals.mmap_bytes), s.totals.mmap_regions);
+    if (s.totals.peak_bytes)
+        out += fmt::format("  peak heap         {} at {:.3f} s\n", size(s.totals.peak_bytes),
+                           static_cast<double>(since_start(s, s.totals.peak_time_ns)) / 1e9);
+    out += fmt::format("  allocations       {} (malloc family and mmap calls up to the moment)\n", s.totals.allocations);
+    if (r.from_log)
+        out += fmt::format("  temporary         {} ({:.1f} % of {} heap allocations)\n", r.temporary,
+                           percent(r.temporary, r.heap_allocations), r.heap_allocations);
+    else
+        out += "  temporary         not available for a snapshot\n";
+    out += fmt::format("  untracked frees   {}\n", s.totals.untracked_frees);
+
+    size_t n = shown(r.sites.size(), how.top);
+    out += "\n" + p.bold(fmt::format("Top {} of {} call sites by live bytes", n, r.sites.size())) + "\n";
+    if (r.sites.empty()) out += "  nothing is live\n";
+    else out += p.dim(fmt::format("  {:>3}  {:>10}  {:>8}  {:>10}  {:>10}  {}", "#", "bytes", "blocks", "oldest",
+                                  "newest", "(age of the oldest and newest live block)")) + "\n";
+    for (size_t i = 0; i < n; ++i) {
+        const ReportSite& site = r.sites[i];
+        auto age = [&](uint64_t t) { return human_duration(at > t ? at - t : 0); };
+        out += fmt::format("  {:>3}  {:>10}  {:>8}  {:>10}  {:>10}  {}\n", i + 1, size(site.bytes), site.blocks,
+                           age(site.oldest_ns), age(site.newest_ns), kind_name(site.kind));
+        for (const SymbolFrame& f : site.frames) {
+            std::string name = frame_label(f);
+            if (f.inlined) name += " [inlined]";
+            out += fmt::format("        {:<40} {:<32} {}\n", name, p.dim(location(f)), p.dim(basename_of(f.module)));
+        }
+    }
+
+    n = shown(r.sites_by_blocks.size(), how.top);
+    if (n) {
+        out += "\n" + p.bold(fmt::format("Top {} call sites by live blocks", n)) + "\n";
+        out += p.dim(fmt::format("  {:>3}  {:>8}  {:>10}  {}", "#", "blocks", "bytes", "allocating frame")) + "\n";
+        for (size_t i = 0; i < n; ++i) {
+            const ReportSite& site = r.sites_by_blocks[i];
+            out += fmt::format("  {:>3}  {:>8}  {:>10}  {}\n", i + 1, site.blocks, size(site.bytes),
+                               site_line(site.frames, p));
+        }
+    }
+
+    auto groups = [&](const std::vector<ReportGroup>& v, const char* title, const char* column) {
+        size_t count = shown(v.size(), how.top);
+        if (!count) return;
+        out += "\n" + p.bold(fmt::format("Top {} {} (first frame outside the allocator)", count, title)) + "\n";
+        out += p.dim(fmt::format("  {:>3}  {:>10}  {:>8}  {:>6}  {:>5}  {}", "#", "bytes", "blocks", "%", "sites",
+                                 column)) + "\n";
+        for (size_t i = 0; i < count; ++i) {
+            const ReportGroup& g = v[i];
+            std::string name = column[0] == 'm' ? basename_of(g.frame.module) : frame_label(g.frame);
+            if (column[0] != 'm' && !g.frame.module.empty()) name += "  " + p.dim("(" + basename_of(g.frame.module) + ")");
+            if (g.kind == EntryKind::Mmap) name += "  [mmap]";
+            uint64_t whole = g.kind == EntryKind::Heap ? s.totals.live_bytes : s.totals.mmap_bytes;
+            out += fmt::format("  {:>3}  {:>10}  {:>8}  {:>6.1f}  {:>5}  {}\n", i + 1, size(g.bytes), g.blocks,
+                               percent(g.bytes, whole), g.sites, name);
+        }
+    };
+    groups(r.functions, "allocating functions", "function");
+    groups(r.modules, "allocating modules", "module");
+
+    out += "\n" + p.bold("Sizes of live heap blocks") + "\n";
+    if (!r.from_log) {
+        out += "  not available for a snapshot (report the log instead: heapsnap report LOG@MARKER)\n";
+    } else if (!s.totals.live_blocks) {
+        out += "  no live heap blocks\n";
+    } else {
+        out += p.dim(fmt::format("  {:<22}  {:>8}  {:>10}  {:>6}", "size", "blocks", "bytes", "%")) + "\n";
+        uint64_t large_blocks = 0, large_bytes = 0;
+        for (size_t k = 0; k < SizeHistogram::kClasses; ++k) {
+            if (!r.sizes.blocks[k]) continue;
+            bool large = SizeHistogram::class_min(k) >= kLargeBlockBytes;
+            if (large) {
+                large_blocks += r.sizes.blocks[k];
+                large_bytes += r.sizes.bytes[k];
+            }
+            std::string line = fmt::format("  {:<22}  {:>8}  {:>10}  {:>6.1f}  {:<30}{}", size_class_label(k),
+                                           r.sizes.blocks[k], size(r.sizes.bytes[k]),
+                                           percent(r.sizes.bytes[k], s.totals.live_bytes),
+                                           bar(r.sizes.bytes[k], s.totals.live_bytes, 30), large ? "  large" : "");
+            out += trimmed(line);
+        }
+        out += fmt::format("  large blocks (>= 128 KiB, glibc's default M_MMAP_THRESHOLD: each is its own mmap): "
+                           "{} blocks, {}, {:.1f} % of live bytes\n",
+                           large_blocks, size(large_bytes), percent(large_bytes, s.totals.live_bytes));
+    }
+
+    out += "\n" + p.bold("Peak") + "\n";
+    if (!s.totals.peak_bytes) {
+        out += "  no heap allocation before the moment\n";
+    } else if (!r.from_log) {
+        out += fmt::format("  {} at {:.3f} s; call sites at the peak: not available for a snapshot\n",
+                           size(s.totals.peak_bytes), static_cast<double>(since_start(s, s.totals.peak_time_ns)) / 1e9);
+    } else {
+        out += fmt::format("  {} in {} blocks at {:.3f} s\n", size(s.totals.peak_bytes), r.peak_blocks,
+                           static_cast<double>(since_start(s, s.totals.peak_time_ns)) / 1e9);
+        n = shown(r.peak_sites.size(), how.top);
+        out += p.dim(fmt::format("  {:>3}  {:>10}  {:>8}  {}", "#", "bytes", "blocks", "allocating frame")) + "\n";
+        for (size_t i = 0; i < n; ++i)
+            out += fmt::format("  {:>3}  {:>10}  {:>8}  {}\n", i + 1, size(r.peak_sites[i].bytes), r.peak_sites[i].blocks,
+                               site_line(r.peak_sites[i].frames, p));
+    }
+
+    out += "\n" + p.bold("Temporary allocations") + p.dim(" (freed before the thread's next allocation)") + "\n";
+    if (!r.from_log) {
+        out += "  not available for a snapshot\n";
+    } else if (r.temporary_sites.empty()) {
+        out += "  none\n";
+    } else {
+        n = shown(r.temporary_sites.size(), how.top);
+        out += p.dim(fmt::format("  {:>3}  {:>10}  {:>11}  {}", "#", "temporary", "allocations", "allocating frame")) +
+               "\n";
+        for (size_t i = 0; i < n; ++i)
+            out += fmt::format("  {:>3}  {:>10}  {:>11}  {}\n", i + 1, r.temporary_sites[i].temporary,
+                               r.temporary_sites[i].allocations, site_line(r.temporary_sites[i].frames, p));
+    }
+
+    out += "\n" + p.bold("Allocation rate") + p.dim(" (malloc family and mmap calls per second)") + "\n";
+    if (!r.from_log) {
+        out += "  not available for a snapshot\n";
+    } else {
+        uint64_t most = 0;
+        for (const RateBucket& b : r.rate) most = std::max(most, b.allocations);
+        // Enough decimals that consecutive bucket edges differ.
+        double width = r.rate.empty() ? 1 : r.rate.front().end_s - r.rate.front().start_s;
+        int decimals = std::clamp(static_cast<int>(std::ceil(-std::log10(width))) + 1, 3, 9);
+        out += p.dim(fmt::format("  {:>12}  {:>12}  {:>10}  {:>12}", "from s", "to s", "calls", "per second")) + "\n";
+        for (const RateBucket& b : r.rate)
+            out += trimmed(fmt::format("  {:>12.{}f}  {:>12.{}f}  {:>10}  {:>12.0f}  {}", b.start_s, decimals, b.end_s,
+                                       decimals, b.allocations, b.per_second, bar(b.allocations, most, 30)));
+    }
+    return out;
+}
+
+nlohmann::json report_to_json(const Snapshot& s, const Report& r, size_t top) {
+    auto sites = [&](const std::vector<ReportSite>& v) {
+        nlohmann::json out = nlohmann::json::array();
+        for (size_t i = 0; i < shown(v.size(), top); ++i) out.push_back(site_json(r.at_ns, v[i]));
+        return out;
+    };
+    auto groups = [&](const std::vector<ReportGroup>& v) {
+        nlohmann::json out = nlohmann::json::array();
+        for (size_t i = 0; i < shown(v.size(), top); ++i) out.push_back(group_json(v[i]));
+        return out;
+    };
+    nlohmann::json totals = {{"live_bytes", s.totals.live_bytes},
+                             {"live_blocks", s.totals.live_blocks},
+                             {"mmap_bytes", s.totals.mmap_bytes},
+                             {"mmap_regions", s.totals.mmap_regions},
+                             {"allocations", s.totals.allocations},
+                             {"untracked_frees", s.totals.untracked_frees},
+                             {"peak_bytes", s.totals.peak_bytes},
+                             {"peak_time_s", s.totals.peak_bytes
+                                                 ? nlohmann::json(static_cast<double>(since_start(s, s.totals.peak_time_ns)) / 1e9)
+                                                 : nlohmann::json(nullptr)},
+                             {"sites", r.sites.size()}};
+    nlohmann::json sizes = nullptr;
+    nlohmann::json history = nullptr;
+    if (r.from_log) {
+        nlohmann::json classes = nlohmann::json::array();
+        uint64_t large_blocks = 0, large_bytes = 0;
+        for (size_t k = 0; k < SizeHistogram::kClasses; ++k) {
+            if (!r.sizes.blocks[k]) continue;
+            bool large = SizeHistogram::class_min(k) >= kLargeBlockBytes;
+            if (large) {
+                large_blocks += r.sizes.blocks[k];
+                large_bytes += r.sizes.bytes[k];
+            }
+            uint64_t max = k == 0 ? 0 : k == 64 ? UINT64_MAX : (uint64_t{1} << k) - 1;
+            classes.push_back({{"min", SizeHistogram::class_min(k)},
+                               {"max", max},
+                               {"blocks", r.sizes.blocks[k]},
+                               {"bytes", r.sizes.bytes[k]},
+                               {"large", large}});
+        }
+        sizes = {{"classes", std::move(classes)},
+                 {"large_threshold", kLargeBlockBytes},
+                 {"large_blocks", large_blocks},
+                 {"large_bytes", large_bytes}};
+        nlohmann::json rate = nlohmann::json::array();
+        for (const RateBucket& b : r.rate)
+            rate.push_back({{"start_s", b.start_s},
+                            {"end_s", b.end_s},
+                            {"allocations", b.allocations},
+                            {"per_second", b.per_second}});
+        nlohmann::json peak = nullptr;
+        if (s.totals.peak_bytes)
+            peak = {{"time_s", static_cast<double>(since_start(s, s.totals.peak_time_ns)) / 1e9},
+                    {"live_bytes", s.totals.peak_bytes},
+                    {"live_blocks", r.peak_blocks},
+                    {"sites", sites(r.peak_sites)}};
+        history = {{"heap_allocations", r.heap_allocations},
+                   {"temporary_allocations", r.temporary},
+                   {"rate", std::move(rate)},
+                   {"peak", std::move(peak)},
+                   {"sites_by_temporary", sites(r.temporary_sites)}};
+    }
+    return {{"format", "heapsnap-report"},
+            {"version", 1},
+            {"moment", moment_json(s)},
+            {"source_kind", r.from_log ? "log" : "snapshot"},
+            {"totals", std::move(totals)},
+            {"sites_by_bytes", sites(r.sites)},
+            {"sites_by_blocks", sites(r.sites_by_blocks)},
+            {"functions", groups(r.functions)},
+            {"modules", groups(r.modules)},
+            {"sizes", std::move(sizes)},
+            {"history", std::move(history)},
+            {"warnings", r.warnings}};
+}
+
+std::string render_report_csv(const Report& r, ReportTable table, size_t top) {
+    std::string out;
+    auto stack_text = [](const std::vector<SymbolFrame>& frames) {
+        std::string s;
+        for (const SymbolFrame& f : frames) s += (s.empty() ? "" : ";") + frame_label(f);
+        return s;
+    };
+    auto opt = [](bool has, uint64_t v) { return has ? std::to_string(v) : std::string(); };
+    switch (table) {
+        case ReportTable::Sites:
+            out = "bytes,blocks,kind,age_oldest_s,age_newest_s,allocations,temporary,allocating_frame,stack\n";
+            for (size_t i = 0; i < shown(r.sites.size(), top); ++i) {
+                const ReportSite& s = r.sites[i];
+                const SymbolFrame* f = allocating_frame(s.frames);
+                auto age = [&](uint64_t t) { return fmt::format("{:.6f}", static_cast<double>(r.at_ns > t ? r.at_ns - t : 0) / 1e9); };
+                out += fmt::format("{},{},{},{},{},{},{},{},{}\n", s.bytes, s.blocks, kind_name(s.kind), age(s.oldest_ns),
+                                   age(s.newest_ns), opt(s.has_activity, s.allocations), opt(s.has_activity, s.temporary),
+                                   csv_quote(f ? frame_label(*f) : ""), csv_quote(stack_text(s.frames)));
+            }
+            break;
+        case ReportTable::Functions:
+        case ReportTable::Modules: {
+            bool functions = table == ReportTable::Functions;
+            const std::vector<ReportGroup>& v = functions ? r.functions : r.modules;
+            out = functions ? "bytes,blocks,kind,sites,function,file,module\n" : "bytes,blocks,kind,sites,module\n";
+            for (size_t i = 0; i < shown(v.size(), top); ++i) {
+                const ReportGroup& g = v[i];
+                out += fmt::format("{},{},{},{},", g.bytes, g.blocks, kind_name(g.kind), g.sites);
+                if (functions) out += csv_quote(frame_label(g.frame)) + "," + csv_quote(g.frame.file) + ",";
+                out += csv_quote(g.frame.module) + "\n";
+            }
+            break;
+        }
+        case ReportTable::Sizes:
+            if (!r.from_log) throw Error("the size table is not available for a snapshot: report the log (LOG@MARKER)");
+            out = "min,max,blocks,bytes,large\n";
+            for (size_t k = 0; k < SizeHistogram::kClasses; ++k) {
+                if (!r.sizes.blocks[k]) continue;
+                uint64_t max = k == 0 ? 0 : k == 64 ? UINT64_MAX : (uint64_t{1} << k) - 1;
+                out += fmt::format("{},{},{},{},{}\n", SizeHistogram::class_min(k), max, r.sizes.blocks[k],
+                                   r.sizes.bytes[k], SizeHistogram::class_min(k) >= kLargeBlockBytes ? 1 : 0);
+            }
+            break;
+        case ReportTable::Rate:
+            if (!r.from_log) throw Error("the rate table is not available for a snapshot: report the log (LOG@MARKER)");
+            out = "start_s,end_s,allocations,per_second\n";
+            for (const RateBucket& b : r.rate)
+                out += fmt::format("{:.6f},{:.6f},{},{:.1f}\n", b.start_s, b.end_s, b.allocations, b.per_second);
+            break;
+    }
+    return out;
+}
+
+std::vector<FlameStack> flame_stacks_of_live(const Report& r) {
+    std::vector<FlameStack> out;
+    for (const ReportSite& s : r.sites) out.push_back(flame_stack(s.frames, s.kind, s.bytes));
+    return out;
+}
+
+}  // namespace heapsnap

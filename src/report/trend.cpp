@@ -1,0 +1,235 @@
+#include "report/trend.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "report/render.h"
+#include "report/report.h"
+#include "util/human.h"
+
+namespace heapsnap {
+namespace {
+
+std::string basename_of(const std::string& path) {
+    size_t slash = path.rfind('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// Identity of a grouped entry's frames, as diff keys them: the symbol when
+// there is one (the offset of a function group is its first member's and
+// means nothing), else module and offset.
+std::string frames_key(const std::vector<SymbolFrame>& frames) {
+    std::string key;
+    for (const SymbolFrame& f : frames) {
+        if (!f.function.empty())
+            key += fmt::format("F\x1f{}\x1f{}\x1f{}\x1f{}\x1e", f.function, f.file, f.line, f.inlined ? 1 : 0);
+        else
+            key += fmt::format("A\x1f{}\x1f{:x}\x1e", f.module, f.offset);
+    }
+    return key;
+}
+
+std::string kind_name(EntryKind k) { return k == EntryKind::Heap ? "heap" : "mmap"; }
+
+std::string signed_count(int64_t v) { return v > 0 ? fmt::format("+{}", v) : fmt::format("{}", v); }
+
+std::string csv_quote(const std::string& s) {
+    if (s.find_first_of(",\"\n") == std::string::npos) return s;
+    std::string q = "\"";
+    for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return q + "\"";
+}
+
+}  // namespace
+
+double leak_confidence(std::span<const uint64_t> series) {
+    if (series.size() < 2) return 0;
+    double weight_up = 0, weight_all = 0, up = 0, down = 0;
+    for (size_t i = 1; i < series.size(); ++i) {
+        auto w = static_cast<double>(i);
+        weight_all += w;
+        if (series[i] > series[i - 1]) {
+            weight_up += w;
+            up += static_cast<double>(series[i] - series[i - 1]);
+        } else {
+            down += static_cast<double>(series[i - 1] - series[i]);
+        }
+    }
+    if (up <= down) return 0;
+    double confidence = (weight_up / weight_all) * ((up - down) / up);
+    return std::round(confidence * 1e4) / 1e4;
+}
+
+TrendResult trend(const std::vector<Snapshot>& moments, const TrendOptions& options, Symbolizer& symbolizer) {
+    TrendResult result;
+    size_t n = moments.size();
+    for (const Snapshot& s : moments)
+        if (s.process.exe != moments.front().process.exe) {
+            result.warnings.push_back(fmt::format("the moments are of different programs ({} and {})",
+                                                  moments.front().process.exe, s.process.exe));
+            break;
+        }
+
+    // Each moment grouped as diff groups it (against nothing), then the
+    // groups matched across moments by their frames.
+    std::map<std::pair<std::string, EntryKind>, TrendEntry> sites;
+    DiffOptions grouping;
+    grouping.group_by = options.group_by;
+    grouping.exclude = options.exclude;
+    for (size_t i = 0; i < n; ++i) {
+        Snapshot nothing;
+        nothing.process = moments[i].process;
+        DiffResult d = diff(nothing, moments[i], grouping, symbolizer);
+        for (DiffEntry& e : d.entries) {
+            auto [it, fresh] = sites.try_emplace({frames_key(e.frames), e.kind});
+            TrendEntry& t = it->second;
+            if (fresh) {
+                t.kind = e.kind;
+                t.frames = std::move(e.frames);
+                t.series.assign(n, 0);
+                t.blocks_series.assign(n, 0);
+            }
+            t.series[i] += e.new_bytes;
+            t.blocks_series[i] += e.new_blocks;
+        }
+    }
+
+    // Steps in which the process did nothing say nothing about growth.
+    std::vector<size_t> scored{0};
+    for (size_t i = 1; i < n; ++i) {
+        const Snapshot& prev = moments[i - 1];
+        const Snapshot& cur = moments[i];
+        bool idle = prev.process.pid == cur.process.pid && prev.process.start_ns == cur.process.start_ns &&
+                    prev.totals.events == cur.totals.events;
+        if (!idle) scored.push_back(i);
+    }
+
+    for (auto& [key, t] : sites) {
+        bool constant = std::all_of(t.series.begin(), t.series.end(), [&](uint64_t v) { return v == t.series[0]; }) &&
+                        std::all_of(t.blocks_series.begin(), t.blocks_series.end(),
+                                    [&](uint64_t v) { return v == t.blocks_series[0]; });
+        if (constant) continue;
+        std::vector<uint64_t> series;
+        for (size_t i : scored) series.push_back(t.series[i]);
+        t.leak_confidence = leak_confidence(series);
+        t.bytes_delta = static_cast<int64_t>(t.series.back()) - static_cast<int64_t>(t.series.front());
+        t.blocks_delta = static_cast<int64_t>(t.blocks_series.back()) - static_cast<int64_t>(t.blocks_series.front());
+        t.monotonic = t.bytes_delta > 0 && std::is_sorted(t.series.begin(), t.series.end());
+        uint64_t magnitude = static_cast<uint64_t>(t.bytes_delta < 0 ? -t.bytes_delta : t.bytes_delta);
+        if (magnitude < options.min_bytes) continue;
+        result.entries.push_back(std::move(t));
+    }
+    std::stable_sort(result.entries.begin(), result.entries.end(), [](const TrendEntry& a, const TrendEntry& b) {
+        return std::tie(b.leak_confidence, b.bytes_delta, b.blocks_delta) <
+               std::tie(a.leak_confidence, a.bytes_delta, a.blocks_delta);
+    });
+    result.shown = options.top && options.top < result.entries.size() ? options.top : result.entries.size();
+    for (const std::string& w : symbolizer.warnings()) result.warnings.push_back(w);
+    return result;
+}
+
+std::string render_trend_text(const std::vector<Snapshot>& moments, const TrendResult& t, bool exact_bytes,
+                              bool color) {
+    auto paint = [&](const std::string& s, const char* code) {
+        return color ? fmt::format("\x1b[{}m{}\x1b[0m", code, s) : s;
+    };
+    auto size = [&](uint64_t v) { return exact_bytes ? std::to_string(v) : human_bytes(v); };
+    auto signed_size = [&](int64_t v) { return exact_bytes ? signed_count(v) : human_bytes_signed(v); };
+    size_t flagged = std::count_if(t.entries.begin(), t.entries.end(),
+                                   [](const TrendEntry& e) { return e.leak_confidence >= kLeakFlag; });
+    std::string out;
+    out += paint("heapsnap trend", "1") +
+           fmt::format(": {} moments, {} call sites changed, {} flagged as leaking (confidence >= {:.2f})\n",
+                       moments.size(), t.entries.size(), flagged, kLeakFlag);
+    for (size_t i = 0; i < moments.size(); ++i) {
+        const Snapshot& s = moments[i];
+        std::string what = s.marker.index ? fmt::format("marker {} \"{}\"", s.marker.index, s.marker.label)
+                                          : fmt::format("moment \"{}\"", s.marker.label);
+        out += fmt::format("  {:>3}  pid {}  {}  {} at {:.3f} s  live {} in {} blocks\n", i + 1, s.process.pid,
+                           basename_of(s.process.exe), what, s.time_s(), size(s.totals.live_bytes),
+                           s.totals.live_blocks);
+    }
+    out += "\n";
+    if (t.entries.empty()) out += "No call site changed.\n";
+    for (size_t i = 0; i < t.shown; ++i) {
+        const TrendEntry& e = t.entries[i];
+        bool flag = e.leak_confidence >= kLeakFlag;
+        std::string head = fmt::format("{:<4}  confidence {:.2f}  {:>10} ({} blocks)  {}{}", flag ? "LEAK" : "",
+                                       e.leak_confidence, signed_size(e.bytes_delta), signed_count(e.blocks_delta),
+                                       kind_name(e.kind), e.monotonic ? "  monotonic" : "");
+        out += (flag ? paint(head, "1;31") : head) + "\n";
+        std::string series;
+        for (uint64_t v : e.series) series += (series.empty() ? "" : " -> ") + size(v);
+        out += "      live: " + series + "\n";
+        for (const SymbolFrame& f : e.frames) {
+            std::string name = frame_label(f);
+            if (f.inlined) name += " [inlined]";
+            std::string where = f.file.empty() ? "" : f.line ? fmt::format("{}:{}", f.file, f.line) : f.file;
+            out += fmt::format("        {:<40} {:<32} {}\n", name, paint(where, "2"), paint(basename_of(f.module), "2"));
+        }
+        out += "\n";
+    }
+    if (t.shown < t.entries.size())
+        out += fmt::format("({} more call sites not shown: --top)\n", t.entries.size() - t.shown);
+    return out;
+}
+
+nlohmann::json trend_to_json(const std::vector<Snapshot>& moments, const TrendResult& t) {
+    nlohmann::json ms = nlohmann::json::array();
+    for (const Snapshot& s : moments) ms.push_back(moment_json(s));
+    nlohmann::json entries = nlohmann::json::array();
+    for (size_t i = 0; i < t.shown; ++i) {
+        const TrendEntry& e = t.entries[i];
+        nlohmann::json frames = nlohmann::json::array();
+        for (const SymbolFrame& f : e.frames) frames.push_back(frame_json(f));
+        entries.push_back({{"series", e.series},
+                           {"blocks_series", e.blocks_series},
+                           {"leak_confidence", e.leak_confidence},
+                           {"flagged", e.leak_confidence >= kLeakFlag},
+                           {"monotonic", e.monotonic},
+                           {"bytes_delta", e.bytes_delta},
+                           {"blocks_delta", e.blocks_delta},
+                           {"kind", kind_name(e.kind)},
+                           {"frames", std::move(frames)}});
+    }
+    return {{"format", "heapsnap-trend"},
+            {"version", 1},
+            {"moments", std::move(ms)},
+            {"flag_threshold", kLeakFlag},
+            {"changed_sites", t.entries.size()},
+            {"entries", std::move(entries)},
+            {"warnings", t.warnings}};
+}
+
+std::string render_trend_csv(const std::vector<Snapshot>& moments, const TrendResult& t) {
+    std::string out = "leak_confidence,bytes_delta,blocks_delta,monotonic,kind,allocating_frame,stack";
+    for (size_t i = 0; i < moments.size(); ++i) out += fmt::format(",bytes_{}", i + 1);
+    out += "\n";
+    for (size_t i = 0; i < t.shown; ++i) {
+        const TrendEntry& e = t.entries[i];
+        std::string stack;
+        for (const SymbolFrame& f : e.frames) stack += (stack.empty() ? "" : ";") + frame_label(f);
+        const SymbolFrame* site = allocating_frame(e.frames);
+        out += fmt::format("{:.4f},{},{},{},{},{},{}", e.leak_confidence, e.bytes_delta, e.blocks_delta,
+                           e.monotonic ? 1 : 0, kind_name(e.kind), csv_quote(site ? frame_label(*site) : ""),
+                           csv_quote(stack));
+        for (uint64_t v : e.series) out += fmt::format(",{}", v);
+        out += "\n";
+    }
+    return out;
+}
+
+std::vector<FlameStack> flame_stacks_of_trend(const TrendResult& t) {
+    std::vector<FlameStack> out;
+    for (size_t i = 0; i < t.shown; ++i) {
+        const TrendEntry& e = t.entries[i];
+        if (e.bytes_delta > 0) out.push_back(flame_stack(e.frames, e.kind, static_cast<uint64_t>(e.bytes_delta)));
+    }
+    return out;
+}
+
+}  // namespace heapsnap
