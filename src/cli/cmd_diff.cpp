@@ -210,7 +210,8 @@ int run_diff(const DiffCliOptions& o) {
 
 void setup_diff(CLI::App& app, Action& action) {
     auto o = std::make_shared<DiffCliOptions>();
-    CLI::App* sub = app.add_subcommand("diff", "Compare two moments call site by call site");
+    CLI::App* sub = app.add_subcommand(
+        "diff", "Compare two moments call site by call site; three or more (or LOG@*): a trend with leak confidence");
     sub->add_option("old", o->old_arg, "OLD: a .hsnap file or LOG@MARKER; LOG@* for every marker (a trend)")
         ->required();
     sub->add_option("new", o->new_arg, "NEW: a .hsnap file or LOG@MARKER");

@@ -57,8 +57,10 @@ int run_report(const ReportCliOptions& o) {
     } else if (has_log_magic(o.target)) {
         log = o.target;
         moment_text = "exit";
+    } else if (access(o.target.c_str(), R_OK) == 0) {
+        throw Error(o.target + ": neither a heapsnap log nor a snapshot");
     } else {
-        moment = read_snapshot(o.target);  // reports the file's problem
+        moment = read_snapshot(o.target);  // says why it cannot be read
     }
     bool picture = o.format == "folded" || o.format == "svg";
     std::optional<ReportHistory> history;
@@ -103,6 +105,7 @@ int run_report(const ReportCliOptions& o) {
         std::cout << render_flame_svg(flame_stacks_of_live(report), svg);
     } else {
         ReportRender how;
+        how.input = o.target;
         how.top = o.top;
         how.exact_bytes = o.bytes;
         how.color = o.color == "always" || (o.color == "auto" && stdout_wants_color());

@@ -193,34 +193,44 @@ void record_munmap(const void* p, size_t length) {
 struct StartArgs {
     void* (*routine)(void*);
     void* arg;
+    std::atomic<bool> used;
 };
 
+// The start arguments travel in a pool of the recorder's own memory: a
+// malloc'd block freed in the new thread would make glibc set up a tcache
+// and pick a malloc arena for a thread that might never allocate,
+// changing the program's address space.
+constexpr size_t kStartArgsPool = 1024;
+StartArgs g_start_args[kStartArgsPool];
+std::atomic<size_t> g_start_args_next{0};
+
+StartArgs* take_start_args() {
+    for (size_t tries = 0; tries < kStartArgsPool; ++tries) {
+        StartArgs& a = g_start_args[g_start_args_next.fetch_add(1, std::memory_order_relaxed) % kStartArgsPool];
+        bool expected = false;
+        if (a.used.compare_exchange_strong(expected, true, std::memory_order_acquire)) return &a;
+    }
+    return nullptr;  // 1024 threads starting at once: start this one unrecorded
+}
+
+// The thread's stack is known by one address inside it, the stack pointer
+// at start: enough for the address-space summary to find the region, and
+// free of pthread_getattr_np, whose affinity query mallocs in the new
+// thread and would make glibc create a malloc arena the program would not
+// have had without the recorder.
 void record_thread_start() {
-    ThreadState& t = thread_state();
     Slot slot{};
     slot.kind = SlotKind::ThreadStart;
     slot.aux = static_cast<uint32_t>(gettid());
-    pthread_attr_t attr;
-    t.internal++;
-    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-        void* base = nullptr;
-        size_t size = 0;
-        size_t guard = 0;
-        pthread_attr_getstack(&attr, &base, &size);
-        pthread_attr_getguardsize(&attr, &guard);
-        pthread_attr_destroy(&attr);
-        slot.addr = reinterpret_cast<uint64_t>(base) - guard;
-        slot.size = size + guard;
-    }
-    t.internal--;
+    slot.addr = reinterpret_cast<uint64_t>(__builtin_frame_address(0));
+    slot.size = 1;
     emit(slot);
 }
 
 void* thread_trampoline(void* p) {
-    StartArgs args = *static_cast<StartArgs*>(p);
-    thread_state().internal++;
-    real.free(p);
-    thread_state().internal--;
+    auto* pooled = static_cast<StartArgs*>(p);
+    StartArgs args{pooled->routine, pooled->arg, {}};
+    pooled->used.store(false, std::memory_order_release);
     if (recorder_active()) record_thread_start();
     return args.routine(args.arg);
 }
@@ -434,18 +444,12 @@ HEAPSNAP_EXPORT int pthread_create(pthread_t* thread, const pthread_attr_t* attr
     ThreadState& t = thread_state();
     // The recorder's own thread (created while internal) is not the program's.
     if (t.internal || !recorder_active()) return real.pthread_create(thread, attr, routine, arg);
-    t.internal++;
-    auto* args = static_cast<StartArgs*>(real.malloc(sizeof(StartArgs)));
-    t.internal--;
+    StartArgs* args = take_start_args();
     if (!args) return real.pthread_create(thread, attr, routine, arg);
     args->routine = routine;
     args->arg = arg;
     int r = real.pthread_create(thread, attr, thread_trampoline, args);
-    if (r != 0) {
-        t.internal++;
-        real.free(args);
-        t.internal--;
-    }
+    if (r != 0) args->used.store(false, std::memory_order_release);
     return r;
 }
 

@@ -313,8 +313,11 @@ std::string render_report_text(const Snapshot& s, const Report& r, const ReportR
     std::string what = s.marker.index ? fmt::format("marker {} \"{}\"", s.marker.index, s.marker.label)
                                       : fmt::format("moment \"{}\"", s.marker.label);
     out += fmt::format("  pid {}  {}  {} at {:.3f} s\n", s.process.pid, basename_of(s.process.exe), what, s.time_s());
-    out += fmt::format("  from {} {}\n", r.from_log ? "the log" : "the snapshot",
-                       s.source.empty() ? std::string("(unknown)") : s.source);
+    if (r.from_log)
+        out += fmt::format("  from the log {}\n", s.source);
+    else
+        out += fmt::format("  from the snapshot {}{}\n", how.input,
+                           s.source.empty() ? std::string() : " (of " + s.source + ")");
     out += "\n" + p.bold("Totals") + "\n";
     out += fmt::format("  live heap         {} in {} blocks\n", size(s.totals.live_bytes), s.totals.live_blocks);
     out += fmt::format("  live mmap         {} in {} regions\n", size(s.totals.mmap_bytes), s.totals.mmap_regions);

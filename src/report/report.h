@@ -127,6 +127,7 @@ std::vector<RateBucket> rate_buckets(const AllocationTimeline& timeline, uint64_
 std::string size_class_label(size_t k);
 
 struct ReportRender {
+    std::string input;         // what was reported, as named on the command line
     size_t top = 10;           // 0: all
     bool exact_bytes = false;  // --bytes
     bool color = false;
