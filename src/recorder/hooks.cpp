@@ -133,9 +133,42 @@ bool ready() {
 
 bool should_record() { return thread_state().internal == 0 && recorder_active(); }
 
+// --unwind fp: follow the saved frame pointers. Correct only for code built
+// with them (-fno-omit-frame-pointer); a frame without one ends the stack
+// or, worse, skips its caller, which is why it is the user's choice and not
+// what auto picks. Every read stays between this frame and the top of the
+// thread's stack, so a garbage frame pointer ends the walk instead of
+// faulting.
+int walk_frame_pointers(void** ips, int max, uint64_t top) {
+    auto* fp = static_cast<uint64_t*>(__builtin_frame_address(0));
+    auto lo = reinterpret_cast<uint64_t>(fp);
+    int n = 0;
+    while (n < max) {
+        auto at = reinterpret_cast<uint64_t>(fp);
+        if (at < lo || at + 16 > top || (at & 7)) break;
+        uint64_t ret = fp[1];
+        auto* next = reinterpret_cast<uint64_t*>(fp[0]);
+        if (!ret) break;
+        ips[n++] = reinterpret_cast<void*>(ret);
+        if (reinterpret_cast<uint64_t>(next) <= at) break;
+        fp = next;
+    }
+    return n;
+}
+
+extern "C" void* __libc_stack_end;  // the main thread's stack top (ld.so)
+
+uint64_t stack_top() {
+    ThreadState& t = thread_state();
+    if (!t.stack_top && getpid() == gettid()) t.stack_top = reinterpret_cast<uint64_t>(__libc_stack_end);
+    return t.stack_top;
+}
+
 uint32_t capture_stack() {
     void* ips[kMaxDepth + 8];
-    int n = unw_backtrace(ips, static_cast<int>(config().depth) + 8);
+    int max = static_cast<int>(config().depth) + 8;
+    uint64_t top = config().unwind == hslog::UnwindMode::FramePointer ? stack_top() : 0;
+    int n = top ? walk_frame_pointers(ips, max, top) : unw_backtrace(ips, max);
     // Recorder frames are never shown: the hooks at the top, and the hook in
     // the middle when a hooked call (pthread_create) allocates inside.
     uint32_t kept = 0;
@@ -228,6 +261,8 @@ void record_thread_start() {
 }
 
 void* thread_trampoline(void* p) {
+    // Frame-pointer walks of this thread end at this frame.
+    thread_state().stack_top = reinterpret_cast<uint64_t>(__builtin_frame_address(0)) + 16;
     auto* pooled = static_cast<StartArgs*>(p);
     StartArgs args{pooled->routine, pooled->arg, {}};
     pooled->used.store(false, std::memory_order_release);

@@ -15,6 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+// Local unwinding only: the _UL* entry points of libunwind.
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -77,10 +80,14 @@ void read_config() {
         else
             g_config.interval_s = s;
     }
+    // auto is dwarf: frame pointers cannot be trusted without checking
+    // every frame, and a wrong stack is worse than a slow one.
     g_config.unwind = hslog::UnwindMode::Dwarf;
     if (const char* v = getenv("HEAPSNAP_UNWIND"); v && *v) {
-        if (strcmp(v, "dwarf") != 0 && strcmp(v, "auto") != 0)
-            diagnostic("ignoring HEAPSNAP_UNWIND=", v, " (expected dwarf or auto)");
+        if (strcmp(v, "fp") == 0)
+            g_config.unwind = hslog::UnwindMode::FramePointer;
+        else if (strcmp(v, "dwarf") != 0 && strcmp(v, "auto") != 0)
+            diagnostic("ignoring HEAPSNAP_UNWIND=", v, " (expected dwarf, fp or auto)");
     }
     const char* verbose = getenv("HEAPSNAP_VERBOSE");
     g_config.verbose = verbose && *verbose && strcmp(verbose, "0") != 0;
@@ -144,6 +151,9 @@ bool initialize() {
     g_start_ns = now_ns();
     g_owner = getpid();
     init_recorder_range();
+    // libunwind's default cache is global and locked: threads allocating at
+    // once would queue on it.
+    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
     {
         LockGuard guard(metadata_lock());
         rescan_modules(true);

@@ -75,6 +75,9 @@ struct ThreadState {
     bool has_index = false;
     bool retired = false;  // its ring is gone; later events use the shared ring
     uint32_t internal = 0;  // >0: inside the recorder; hooks pass through unrecorded
+    // Highest address a frame-pointer walk may read on this thread's stack
+    // (0: unknown, walk with DWARF instead).
+    uint64_t stack_top = 0;
 };
 
 ThreadState& thread_state();

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 // customMem (an allocator that does not call malloc) is in the advanced API.
@@ -311,6 +312,7 @@ void wait_for_work(int timeout_ms) {
 
 void* writer_main(void*) {
     thread_state().internal = 1;
+    prctl(PR_SET_NAME, "heapsnap-writer");  // tells it apart in top and perf
     uint64_t next_interval = 0;
     const uint64_t interval_ns = static_cast<uint64_t>(config().interval_s * 1e9);
     if (interval_ns) next_interval = now_ns() + interval_ns;

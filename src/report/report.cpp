@@ -79,12 +79,6 @@ void sort_by_bytes(std::vector<ReportSite>& v) {
     });
 }
 
-void sort_by_blocks(std::vector<ReportSite>& v) {
-    std::stable_sort(v.begin(), v.end(), [](const ReportSite& a, const ReportSite& b) {
-        return std::tie(b.blocks, b.bytes) < std::tie(a.blocks, a.bytes);
-    });
-}
-
 enum class GroupKind { Function, Module };
 
 std::vector<ReportGroup> group_sites(const std::vector<ReportSite>& sites, GroupKind kind) {
@@ -277,9 +271,11 @@ Report build_report(const Snapshot& moment, const ReportHistory* history, const 
     r.sites = collect_sites(moment, options, symbolizer, true, history ? &history->activity : nullptr);
     r.functions = group_sites(r.sites, GroupKind::Function);
     r.modules = group_sites(r.sites, GroupKind::Module);
-    r.sites_by_blocks = r.sites;
     sort_by_bytes(r.sites);
-    sort_by_blocks(r.sites_by_blocks);
+    for (size_t i = 0; i < r.sites.size(); ++i) r.by_blocks.push_back(i);
+    std::stable_sort(r.by_blocks.begin(), r.by_blocks.end(), [&](size_t a, size_t b) {
+        return std::tie(r.sites[b].blocks, r.sites[b].bytes) < std::tie(r.sites[a].blocks, r.sites[a].bytes);
+    });
     if (history) {
         r.from_log = true;
         r.sizes = history->sizes;
@@ -345,16 +341,18 @@ std::string render_report_text(const Snapshot& s, const Report& r, const ReportR
         for (const SymbolFrame& f : site.frames) {
             std::string name = frame_label(f);
             if (f.inlined) name += " [inlined]";
-            out += fmt::format("        {:<40} {:<32} {}\n", name, p.dim(location(f)), p.dim(basename_of(f.module)));
+            std::string where = location(f);
+            out += fmt::format("        {:<40}  {:<32}  {}\n", name, where.empty() ? "" : p.dim(where),
+                               p.dim(basename_of(f.module)));
         }
     }
 
-    n = shown(r.sites_by_blocks.size(), how.top);
+    n = shown(r.by_blocks.size(), how.top);
     if (n) {
         out += "\n" + p.bold(fmt::format("Top {} call sites by live blocks", n)) + "\n";
         out += p.dim(fmt::format("  {:>3}  {:>8}  {:>10}  {}", "#", "blocks", "bytes", "allocating frame")) + "\n";
         for (size_t i = 0; i < n; ++i) {
-            const ReportSite& site = r.sites_by_blocks[i];
+            const ReportSite& site = r.sites[r.by_blocks[i]];
             out += fmt::format("  {:>3}  {:>8}  {:>10}  {}\n", i + 1, site.blocks, size(site.bytes),
                                site_line(site.frames, p));
         }
@@ -463,6 +461,8 @@ nlohmann::json report_to_json(const Snapshot& s, const Report& r, size_t top) {
         for (size_t i = 0; i < shown(v.size(), top); ++i) out.push_back(group_json(v[i]));
         return out;
     };
+    nlohmann::json by_blocks = nlohmann::json::array();
+    for (size_t i = 0; i < shown(r.by_blocks.size(), top); ++i) by_blocks.push_back(site_json(r.at_ns, r.sites[r.by_blocks[i]]));
     nlohmann::json totals = {{"live_bytes", s.totals.live_bytes},
                              {"live_blocks", s.totals.live_blocks},
                              {"mmap_bytes", s.totals.mmap_bytes},
@@ -521,7 +521,7 @@ nlohmann::json report_to_json(const Snapshot& s, const Report& r, size_t top) {
             {"source_kind", r.from_log ? "log" : "snapshot"},
             {"totals", std::move(totals)},
             {"sites_by_bytes", sites(r.sites)},
-            {"sites_by_blocks", sites(r.sites_by_blocks)},
+            {"sites_by_blocks", by_blocks},
             {"functions", groups(r.functions)},
             {"modules", groups(r.modules)},
             {"sizes", std::move(sizes)},

@@ -100,8 +100,8 @@ struct RateBucket {
 
 struct Report {
     uint64_t at_ns = 0;  // the moment, since process start: ages are counted to it
-    std::vector<ReportSite> sites;           // every site: bytes, blocks, identity
-    std::vector<ReportSite> sites_by_blocks; // every site: blocks, bytes, identity
+    std::vector<ReportSite> sites;  // every site: bytes, blocks, identity
+    std::vector<size_t> by_blocks;  // indices into sites: blocks, bytes, identity
     std::vector<ReportGroup> functions;      // bytes, blocks, identity
     std::vector<ReportGroup> modules;
     bool from_log = false;  // the fields below are set

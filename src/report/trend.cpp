@@ -158,9 +158,10 @@ std::string render_trend_text(const std::vector<Snapshot>& moments, const TrendR
     for (size_t i = 0; i < t.shown; ++i) {
         const TrendEntry& e = t.entries[i];
         bool flag = e.leak_confidence >= kLeakFlag;
-        std::string head = fmt::format("{:<4}  confidence {:.2f}  {:>10} ({} blocks)  {}{}", flag ? "LEAK" : "",
+        std::string head = fmt::format("{:<4}  confidence {:.2f}  {:>10} ({} {})  {}{}", flag ? "LEAK" : "",
                                        e.leak_confidence, signed_size(e.bytes_delta), signed_count(e.blocks_delta),
-                                       kind_name(e.kind), e.monotonic ? "  monotonic" : "");
+                                       e.kind == EntryKind::Heap ? "blocks" : "regions", kind_name(e.kind),
+                                       e.monotonic ? "  monotonic" : "");
         out += (flag ? paint(head, "1;31") : head) + "\n";
         std::string series;
         for (uint64_t v : e.series) series += (series.empty() ? "" : " -> ") + size(v);
@@ -169,7 +170,8 @@ std::string render_trend_text(const std::vector<Snapshot>& moments, const TrendR
             std::string name = frame_label(f);
             if (f.inlined) name += " [inlined]";
             std::string where = f.file.empty() ? "" : f.line ? fmt::format("{}:{}", f.file, f.line) : f.file;
-            out += fmt::format("        {:<40} {:<32} {}\n", name, paint(where, "2"), paint(basename_of(f.module), "2"));
+            out += fmt::format("        {:<40}  {:<32}  {}\n", name, where.empty() ? "" : paint(where, "2"),
+                               paint(basename_of(f.module), "2"));
         }
         out += "\n";
     }

@@ -1,0 +1,189 @@
+"""Stress: the C programs of tests/stress run under `heapsnap run` exactly
+as they run alone (same output, same exit status, no hang), and their logs
+give the live bytes each program knows it keeps, to the byte.
+
+Threads (16 at once, handoff with realloc across threads, thousands of short
+threads), fork while other threads allocate, malloc in a signal handler,
+dlopen/dlclose churn, closing every descriptor, exit() from a thread,
+_exit/abort/SIGSEGV, vfork+exec and execl. See each program's header for
+its numbers. Timeouts are hang detectors (a deadlocked child, a recorder
+waiting forever), not performance bounds.
+"""
+
+import os
+import re
+import signal
+import unittest
+
+from harness import PROGRAMS_DIR, main, program
+from unchanged import UnchangedTest, pretty
+
+STRESS_SRC = os.environ.get("STRESS_SRC", "")
+CHURN_PLUGIN = os.path.join(PROGRAMS_DIR, "libchurn_plugin.so")
+
+
+def stress_site(source, site):
+    pattern = re.compile(r"@site:%s(?![\w])" % re.escape(site))
+    with open(os.path.join(STRESS_SRC, source)) as f:
+        lines = [n for n, text in enumerate(f, 1) if pattern.search(text)]
+    assert len(lines) == 1, "@site:%s in %s: %s" % (site, source, lines)
+    return lines[0]
+
+
+class StressTest(UnchangedTest):
+    def one_log(self, logs):
+        self.assertEqual(len(logs), 1, logs)
+        return logs[0]
+
+    def assert_site_entry(self, log, old, new, function, source, bytes_, blocks):
+        """Between two moments, the stacks through `function` grew by exactly
+        bytes_/blocks_, and the allocation is attributed to `function` at
+        its @site line."""
+        diff = self.diff(log + "@" + old, log + "@" + new, "--group-by", "line")
+        entries = [e for e in diff["entries"] if e["frames"] and e["frames"][0].get("function") == function]
+        self.assertEqual(len(entries), 1, "entries of %s: %s" % (function, pretty(diff["entries"])))
+        e = entries[0]
+        self.assertEqual((e["bytes_delta"], e["blocks_delta"]), (bytes_, blocks), pretty(e))
+        frame = e["frames"][0]
+        self.assertEqual(os.path.basename(frame["file"] or ""), source, pretty(frame))
+        self.assertEqual(frame["line"], stress_site(source, function), pretty(frame))
+        return e
+
+    # ---- threads ------------------------------------------------------------
+
+    def test_sixteen_threads(self):
+        result, logs = self.assert_unchanged([program("stress_threads16")], status=0)
+        self.assertEqual(result.stdout, b"threads16: 16 threads, 640 blocks kept\n")
+        log = self.one_log(logs)
+        self.assert_replays(log, ended=("exit",))
+        self.assert_site_entry(log, "started", "joined", "keep_block", "threads16.c", 68800, 640)
+        self.assert_site_entry(log, "started", "exit", "keep_block", "threads16.c", 68800, 640)
+        # 16 threads, 20000 rounds each, an alloc and a free a round (the
+        # realloc rounds record both too), plus the kept blocks.
+        events = self.marker(log, "joined")["events"] - self.marker(log, "started")["events"]
+        self.assertGreaterEqual(events, 16 * 20000 * 2)
+
+    def test_realloc_handoff_across_threads(self):
+        result, logs = self.assert_unchanged([program("stress_realloc_handoff")], status=0)
+        self.assertEqual(result.stdout, b"realloc_handoff: 200 kept\n")
+        log = self.one_log(logs)
+        self.assert_replays(log, ended=("exit",))
+        self.assert_site_entry(log, "started", "joined", "grow_block", "realloc_handoff.c", 400600, 200)
+        diff = self.diff(log + "@started", log + "@joined", "--group-by", "line")
+        self.assertEqual([e for e in diff["entries"] if e["frames"][0].get("function") == "make_block"], [],
+                         "make_block's blocks were all reallocated or freed")
+
+    def test_thread_churn(self):
+        result, logs = self.assert_unchanged([program("stress_thread_churn")], status=0)
+        self.assertEqual(result.stdout, b"thread_churn: 4000 threads\n")
+        log = self.one_log(logs)
+        self.assert_replays(log, ended=("exit",))
+        self.assert_site_entry(log, "started", "done", "churn_keep", "thread_churn.c", 8000, 40)
+        kinds = [kind for kind, _ in self.dump(log)]
+        self.assertEqual(kinds.count("thread-start"), 4000)
+        self.assertEqual(kinds.count("thread-exit"), 4000)
+
+    # ---- processes ----------------------------------------------------------
+
+    def test_fork_while_threads_allocate(self):
+        result, logs = self.assert_unchanged([program("stress_fork_busy")], status=0)
+        self.assertEqual(result.stdout, b"fork_busy: 30 children exited 7\n")
+        self.assertEqual(len(logs), 31, logs)
+        by_pid = {int(self.process_of(log)["pid"]): log for log in logs}
+        parents = [log for log in logs if int(self.process_of(log)["ppid"]) not in by_pid]
+        self.assertEqual(len(parents), 1, logs)
+        for log in logs:
+            self.assert_replays(log, ended=("exit",))
+            if log in parents:
+                continue
+            # Each child's own log: the one block it kept, and nothing of
+            # the parent's threads.
+            self.assert_site_entry(log, "0s", "exit", "child_keep", "fork_busy.c", 4321, 1)
+
+    def test_malloc_in_signal_handler(self):
+        result, logs = self.assert_unchanged([program("stress_signal_alloc")], status=0)
+        self.assertEqual(result.stdout, b"signal_alloc: 2000 signals, 20 kept\n")
+        self.assert_replays(self.one_log(logs), ended=("exit",))
+
+    # Recorder bug "signal": an allocation made by a signal handler that
+    # interrupted the recorder's own hook on the same thread is not recorded
+    # (about 40% of the handler's 2000 malloc(48) and some of its 20 kept
+    # blocks are missing from the log), so the live set is short.
+    @unittest.expectedFailure
+    def test_signal_handler_allocations_recorded(self):
+        _, logs = self.run_recorded([program("stress_signal_alloc")])
+        log = self.one_log(logs)
+        sizes = [int(f["size"]) for kind, f in self.dump(log) if kind == "alloc"]
+        self.assertEqual((sizes.count(48), sizes.count(777)), (2001, 20))
+        self.assert_site_entry(log, "0s", "done", "handler_keep", "signal_alloc.c", 15540, 20)
+
+    def test_dlopen_dlclose_churn(self):
+        result, logs = self.assert_unchanged([program("stress_dlopen_churn"), CHURN_PLUGIN], status=0)
+        self.assertEqual(result.stdout, b"dlopen_churn: 300 rounds\n")
+        log = self.one_log(logs)
+        self.assert_replays(log, ended=("exit",))
+        self.assert_site_entry(log, "started", "done", "plugin_keep", "churn_plugin.c", 30897, 300)
+        loads = [f for kind, f in self.dump(log) if kind == "module" and f["path"].endswith("libchurn_plugin.so")]
+        self.assertGreaterEqual(len(loads), 1)
+
+    def test_close_every_fd(self):
+        for mode in ("loop", "range"):
+            with self.subTest(mode=mode):
+                result, logs = self.assert_unchanged([program("stress_close_fds"), mode], status=5)
+                self.assertEqual(result.stdout, b"close_fds: closing (%s)\n" % mode.encode())
+                log = self.one_log(logs)
+                self.assert_replays(log, ended=("exit",))
+                self.assert_site_entry(log, "0s", "after-close", "after_close", "close_fds.c", 16665, 3)
+                self.assert_site_entry(log, "0s", "exit", "after_close", "close_fds.c", 16665, 3)
+
+    def test_exit_from_a_thread(self):
+        result, logs = self.assert_unchanged([program("stress_exit_thread")], status=3)
+        self.assertEqual(result.stdout, b"exit_thread: exiting from a thread\n")
+        log = self.one_log(logs)
+        self.assert_replays(log, ended=("exit",))
+        self.assert_site_entry(log, "0s", "exit", "thread_keep", "exit_thread.c", 6060, 2)
+
+    def test_deaths_without_exit(self):
+        for mode, status in (("_exit", 4), ("abort", 128 + signal.SIGABRT), ("segv", 128 + signal.SIGSEGV)):
+            with self.subTest(mode=mode):
+                result, logs = self.assert_unchanged([program("stress_dying"), mode], status=None)
+                self.assertEqual(result.returncode, status)
+                self.assertEqual(result.stdout, b"dying: %s\n" % mode.encode())
+                log = self.one_log(logs)
+                data = self.assert_replays(log, ended=(None,))
+                self.assertFalse(data["complete"])
+                self.assertEqual([m["label"] for m in data["markers"]], ["before-death"])
+                self.assert_site_entry(log, "0s", "before-death", "doomed_keep", "dying.c", 4936, 2)
+                self.assert_site_entry(log, "0s", "end", "doomed_keep", "dying.c", 4936, 2)
+                self.assert_error(["snapshot", log, "--at", "exit", "-o", self.path("x.hsnap")],
+                                  "did not exit normally")
+
+    def test_vfork_exec(self):
+        result, logs = self.assert_unchanged([program("stress_vfork_exec")], status=0)
+        self.assertEqual(result.stdout, b"vfork_exec child: hello\nvfork_exec: child 0, missing 127\n")
+        # The parent's log and the exec'd child's; the child that failed to
+        # exec shared the parent's memory and recorded nothing.
+        self.assertEqual(len(logs), 2, logs)
+        info = {log: self.process_of(log) for log in logs}
+        parent = next(log for log in logs if info[log]["argv"] == program("stress_vfork_exec"))
+        child = next(log for log in logs if log != parent)
+        self.assertEqual(info[child]["ppid"], info[parent]["pid"])
+        for log in logs:
+            self.assert_replays(log, ended=("exit",))
+        self.assert_site_entry(parent, "0s", "exit", "parent_keep", "vfork_exec.c", 1111, 1)
+        self.assert_site_entry(child, "0s", "exit", "child_keep", "vfork_exec.c", 2222, 1)
+
+    @unittest.expectedFailure  # recorder bug: execl/execlp/execle are not intercepted (issue 6 report, "execl")
+    def test_execl_ends_the_log(self):
+        result, logs = self.assert_unchanged([program("stress_vfork_exec"), "execl"], status=0)
+        self.assertEqual(result.stdout, b"vfork_exec: execl\nvfork_exec child: hello\n")
+        self.assertEqual(len(logs), 2, logs)
+        before, after = logs
+        self.assert_replays(before, ended=("exec",))
+        self.assert_site_entry(before, "0s", "end", "exec_keep", "vfork_exec.c", 3333, 1)
+        self.assert_replays(after, ended=("exit",))
+        self.assert_site_entry(after, "0s", "exit", "child_keep", "vfork_exec.c", 2222, 1)
+
+
+if __name__ == "__main__":
+    main()
