@@ -68,6 +68,21 @@ class GrowthDiffTest(HeapsnapTest):
         for function, site, delta, blocks, _, _ in GROWTH:
             self.assert_entry(back, function, -delta, -blocks)
 
+    def test_frame_pointer_unwinding(self):
+        # The test programs are built with frame pointers: --unwind fp must
+        # give the same sites and the same frames as DWARF, down to main.
+        dwarf_log = self.single_log("growth", "--auto")
+        fp_log = self.single_log("growth", "--auto", options=("--unwind", "fp", "-o", "fp.%p.hslog"))
+        self.assertEqual(self.dump(fp_log)[0][1]["unwind"], "fp")
+        fp = self.diff(fp_log + "@A", fp_log + "@B")
+        self.assert_growth(fp)
+        dwarf = self.diff(dwarf_log + "@A", dwarf_log + "@B")
+        for a, b in zip(fp["entries"], dwarf["entries"]):
+            names_fp = [(f["function"], f["line"]) for f in a["frames"]]
+            names_dwarf = [(f["function"], f["line"]) for f in b["frames"]]
+            upto_main = names_dwarf[:[n for n, _ in names_dwarf].index("main") + 1]
+            self.assertEqual(names_fp[:len(upto_main)], upto_main)
+
     def test_snapshot_files(self):
         log = self.single_log("growth", "--auto")
         a = self.snapshot(log, "--at", "A", "-o", self.path("a.hsnap"))
