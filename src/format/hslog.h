@@ -34,6 +34,11 @@ inline constexpr char kMagic[8] = {'H', 'E', 'A', 'P', 'S', 'N', 'A', 'P'};
 inline constexpr uint32_t kLogVersion = 1;
 inline constexpr uint32_t kHeaderSize = 16;
 
+// Event times in the stream are multiples of this many nanoseconds since
+// the epoch of CLOCK_MONOTONIC: dt fields count these units. The Process
+// record's start_ns is exact.
+inline constexpr uint64_t kTimeUnitNs = 1000;
+
 // Largest uncompressed payload of one zstd frame the writer produces; a
 // reader refuses frames announcing more than kMaxFramePayload (corrupt).
 inline constexpr uint32_t kFramePayload = 256 * 1024;

@@ -87,6 +87,7 @@ public:
     void resume(const StreamPosition& at) {
         has_process_ = true;
         now_ = at.time_ns;
+        units_ = at.time_ns / hslog::kTimeUnitNs;
         addr_ = at.address;
         thread_ = at.thread;
     }
@@ -99,7 +100,8 @@ private:
     }
 
     uint64_t advance(codec::Reader& r) {
-        now_ += r.varint();
+        units_ += r.varint();
+        now_ = units_ * hslog::kTimeUnitNs;
         return now_;
     }
     uint64_t address(codec::Reader& r) {
@@ -240,6 +242,7 @@ private:
             cmdline.remove_prefix(nul + 1);
         }
         if (!r.ok()) return true;
+        units_ = p.start_ns / hslog::kTimeUnitNs;
         now_ = p.start_ns;
         has_process_ = true;
         visitor_.on_process(p);
@@ -297,6 +300,7 @@ private:
     bool has_process_ = false;
     bool frame_done_ = false;
     uint64_t now_ = 0;
+    uint64_t units_ = 0;  // now_ in hslog::kTimeUnitNs
     uint64_t addr_ = 0;
     uint32_t thread_ = 0;
     std::vector<StackFrame> frames_;

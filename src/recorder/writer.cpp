@@ -143,9 +143,13 @@ void put_raw_record(const uint8_t* data, size_t n) {
 }
 
 // `ts` in nanoseconds; slot stamps go through ticks_to_ns first.
+// The log keeps time in microseconds (hslog::kTimeUnitNs): the order of
+// events is their order in the stream, so finer stamps would only add
+// incompressible low bits to every record.
 uint64_t advance_time(uint64_t ts) {
-    uint64_t dt = ts > g_stream_ts ? ts - g_stream_ts : 0;
-    if (ts > g_stream_ts) g_stream_ts = ts;
+    uint64_t unit = ts / hslog::kTimeUnitNs;
+    uint64_t dt = unit > g_stream_ts ? unit - g_stream_ts : 0;
+    if (unit > g_stream_ts) g_stream_ts = unit;
     return dt;
 }
 
@@ -523,7 +527,7 @@ bool writer_open() {
     g_ended = false;
     g_events = 0;
     g_frame_used = 0;
-    g_stream_ts = start_time_ns();
+    g_stream_ts = start_time_ns() / hslog::kTimeUnitNs;
     g_stream_addr = 0;
     g_stream_thread = UINT32_MAX;
     g_durable_marker.store(0);

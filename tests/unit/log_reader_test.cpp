@@ -56,13 +56,13 @@ TEST_CASE("log reader: records decode with time, address and thread state across
     LogBuilder b;
     b.process();
     b.stack(1, {{0, 0x10}, {0, 0x20}});
-    b.alloc(1100, 0x5000, 100, 1);
+    b.alloc(1100000, 0x5000, 100, 1);
     b.thread(1);
-    b.alloc(1150, 0x4000, 8, 1);
+    b.alloc(1150000, 0x4000, 8, 1);
     b.frame();
-    b.free_(1200, 0x5000);
-    b.marker(1300, 1, "A");
-    b.end(1400);
+    b.free_(1200000, 0x5000);
+    b.marker(1300000, 1, "A");
+    b.end(1400000);
     b.frame();
     TempFile f{b.write()};
     Collect c;
@@ -74,9 +74,9 @@ TEST_CASE("log reader: records decode with time, address and thread state across
     std::vector<std::string> expected = {
         "process 42 /bin/prog argv=2",
         "stack 1 n=2",
-        "alloc t=1100 thread=0 addr=20480 size=100 stack=1",
-        "alloc t=1150 thread=1 addr=16384 size=8 stack=1",
-        "free t=1200 thread=1 addr=20480",
+        "alloc t=1100000 thread=0 addr=20480 size=100 stack=1",
+        "alloc t=1150000 thread=1 addr=16384 size=8 stack=1",
+        "free t=1200000 thread=1 addr=20480",
         "marker 1 A events=3",
         "end events=3",
     };
@@ -87,10 +87,10 @@ TEST_CASE("log reader: a file cut inside a frame reads up to the last complete f
     LogBuilder b;
     b.process();
     b.stack(1, {{0, 0x10}});
-    b.alloc(1100, 0x5000, 100, 1);
+    b.alloc(1100000, 0x5000, 100, 1);
     b.frame();
     size_t first = b.bytes().size();
-    for (int i = 0; i < 50; ++i) b.alloc(1200 + i, 0x6000 + 16 * i, 16, 1);
+    for (int i = 0; i < 50; ++i) b.alloc(1200000 + i, 0x6000 + 16 * i, 16, 1);
     b.frame();
     for (size_t cut : {first, first + 1, first + 7, b.bytes().size() - 1}) {
         std::vector<uint8_t> bytes(b.bytes().begin(), b.bytes().begin() + static_cast<long>(cut));
@@ -162,14 +162,14 @@ TEST_CASE("replay: an address freed on one thread and reused by another replays 
     b.stack(1, {{0, 0x10}});
     b.stack(2, {{0, 0x20}});
     b.thread(0);
-    b.alloc(1100, 0x5000, 100, 1);
-    b.free_(1200, 0x5000);
+    b.alloc(1100000, 0x5000, 100, 1);
+    b.free_(1200000, 0x5000);
     b.thread(1);
-    b.alloc(1201, 0x5000, 40, 2);
+    b.alloc(1201000, 0x5000, 40, 2);
     b.thread(0);
-    b.alloc(1300, 0x6000, 7, 1);
-    b.free_(1400, 0x7777);  // never allocated: counted, ignored
-    b.marker(1500, 1, "A");
+    b.alloc(1300000, 0x6000, 7, 1);
+    b.free_(1400000, 0x7777);  // never allocated: counted, ignored
+    b.marker(1500000, 1, "A");
     b.frame();
     TempFile f{b.write()};
     Moment m = parse_moment("A");
@@ -189,11 +189,11 @@ TEST_CASE("replay: partial munmap splits a mapping") {
     LogBuilder b;
     b.process();
     b.stack(1, {{0, 0x10}});
-    b.mmap(1100, 0x10000, 0x4000, 1);
-    b.munmap(1200, 0x11000, 0x1000);
-    b.marker(1300, 1, "A");
-    b.munmap(1400, 0x10000, 0x4000);
-    b.marker(1500, 2, "B");
+    b.mmap(1100000, 0x10000, 0x4000, 1);
+    b.munmap(1200000, 0x11000, 0x1000);
+    b.marker(1300000, 1, "A");
+    b.munmap(1400000, 0x10000, 0x4000);
+    b.marker(1500000, 2, "B");
     b.frame();
     TempFile f{b.write()};
     Snapshot a = snapshot_at(f.path, parse_moment("A"));
@@ -211,10 +211,10 @@ TEST_CASE("moments: peak, time offsets, missing markers") {
     LogBuilder b;
     b.process();
     b.stack(1, {{0, 0x10}});
-    b.alloc(1000 + 1000000000ull, 0x5000, 100, 1);  // at 1.0 s
-    b.alloc(1000 + 2000000000ull, 0x6000, 50, 1);   // at 2.0 s
-    b.free_(1000 + 3000000000ull, 0x5000);          // at 3.0 s
-    b.marker(1000 + 4000000000ull, 1, "exit", hslog::MarkerCause::Exit);
+    b.alloc(1000000 + 1000000000ull, 0x5000, 100, 1);  // at 1.0 s
+    b.alloc(1000000 + 2000000000ull, 0x6000, 50, 1);   // at 2.0 s
+    b.free_(1000000 + 3000000000ull, 0x5000);          // at 3.0 s
+    b.marker(1000000 + 4000000000ull, 1, "exit", hslog::MarkerCause::Exit);
     b.frame();
     TempFile f{b.write()};
     CHECK(snapshot_at(f.path, parse_moment("peak")).totals.live_bytes == 150);

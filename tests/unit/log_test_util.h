@@ -29,7 +29,8 @@ public:
         file_.insert(file_.end(), h, h + sizeof h);
     }
 
-    // Start time 1000 ns; pid 42; exe /bin/prog.
+    // Start time 1 ms; pid 42; exe /bin/prog. Event times are nanoseconds
+    // and must be whole microseconds (hslog::kTimeUnitNs).
     void process() {
         codec::Writer w = room();
         w.u8(static_cast<uint8_t>(hslog::Tag::Process));
@@ -38,7 +39,7 @@ public:
         w.varint(1);
         w.varint(1000);
         w.varint(5);
-        w.varint(1000);
+        w.varint(1000000);
         w.varint(4096);
         w.u8(0);
         w.varint(64);
@@ -64,28 +65,28 @@ public:
     }
     void alloc(uint64_t t, uint64_t addr, uint64_t size, uint32_t stack) {
         codec::Writer w = room();
-        hslog::put_alloc(w, hslog::AllocFn::Malloc, t - now_, static_cast<int64_t>(addr - addr_), size, stack);
+        hslog::put_alloc(w, hslog::AllocFn::Malloc, (t - now_) / hslog::kTimeUnitNs, static_cast<int64_t>(addr - addr_), size, stack);
         now_ = t;
         addr_ = addr;
         done(w);
     }
     void free_(uint64_t t, uint64_t addr) {
         codec::Writer w = room();
-        hslog::put_free(w, t - now_, static_cast<int64_t>(addr - addr_));
+        hslog::put_free(w, (t - now_) / hslog::kTimeUnitNs, static_cast<int64_t>(addr - addr_));
         now_ = t;
         addr_ = addr;
         done(w);
     }
     void mmap(uint64_t t, uint64_t addr, uint64_t length, uint32_t stack) {
         codec::Writer w = room();
-        hslog::put_mmap(w, t - now_, static_cast<int64_t>(addr - addr_), length, 3, 0x22, stack);
+        hslog::put_mmap(w, (t - now_) / hslog::kTimeUnitNs, static_cast<int64_t>(addr - addr_), length, 3, 0x22, stack);
         now_ = t;
         addr_ = addr;
         done(w);
     }
     void munmap(uint64_t t, uint64_t addr, uint64_t length) {
         codec::Writer w = room();
-        hslog::put_munmap(w, t - now_, static_cast<int64_t>(addr - addr_), length);
+        hslog::put_munmap(w, (t - now_) / hslog::kTimeUnitNs, static_cast<int64_t>(addr - addr_), length);
         now_ = t;
         addr_ = addr;
         done(w);
@@ -94,7 +95,7 @@ public:
     void marker(uint64_t t, uint32_t index, const char* label, hslog::MarkerCause cause = hslog::MarkerCause::User) {
         codec::Writer w = room();
         w.u8(static_cast<uint8_t>(hslog::Tag::Marker));
-        w.varint(t - now_);
+        w.varint((t - now_) / hslog::kTimeUnitNs);
         now_ = t;
         w.varint(0);
         w.varint(events_);
@@ -107,7 +108,7 @@ public:
     }
     void end(uint64_t t) {
         codec::Writer w = room();
-        hslog::put_end(w, t - now_, hslog::EndReason::Exit, events_);
+        hslog::put_end(w, (t - now_) / hslog::kTimeUnitNs, hslog::EndReason::Exit, events_);
         now_ = t;
         done(w);
     }
@@ -148,7 +149,7 @@ private:
     std::vector<uint8_t> file_;
     std::vector<uint8_t> frame_;
     std::vector<uint8_t> scratch_;
-    uint64_t now_ = 1000;
+    uint64_t now_ = 1000000;
     uint64_t addr_ = 0;
     uint64_t events_ = 0;
 };
