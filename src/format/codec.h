@@ -90,6 +90,9 @@ public:
         return *pos_++;
     }
     uint64_t varint() {
+        // Most fields are one byte; replay reads hundreds of millions.
+        if (pos_ < end_ && !(*pos_ & 0x80)) [[likely]]
+            return *pos_++;
         uint64_t v = 0;
         for (int shift = 0; shift < 64; shift += 7) {
             if (pos_ >= end_) return fail();

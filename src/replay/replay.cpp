@@ -30,7 +30,8 @@ void Replay::on_thread_exit(uint32_t thread, uint64_t time_ns) {
 }
 
 StackTotals& Replay::stack_totals(uint32_t stack) {
-    if (stack >= per_stack_.size()) per_stack_.resize(std::max<size_t>(stack + 1, per_stack_.size() * 2));
+    if (stack >= per_stack_.size()) [[unlikely]]
+        per_stack_.resize(std::max<size_t>(stack + 1, per_stack_.size() * 2));
     return per_stack_[stack];
 }
 
@@ -38,15 +39,16 @@ void Replay::on_alloc(const AllocEvent& e) {
     note_time(e.time_ns);
     totals_.events++;
     totals_.allocations++;
-    LiveBlock old;
-    if (blocks_.erase(e.address, &old)) {
-        StackTotals& t = stack_totals(old.stack);
-        t.bytes -= old.size;
+    bool fresh;
+    LiveBlock* block = blocks_.slot(e.address, &fresh);
+    if (!fresh) {  // its free was not recorded: the old block is gone
+        StackTotals& t = stack_totals(block->stack);
+        t.bytes -= block->size;
         t.blocks--;
-        totals_.live_bytes -= old.size;
+        totals_.live_bytes -= block->size;
         totals_.live_blocks--;
     }
-    blocks_.insert(e.address, LiveBlock{e.size, e.time_ns, e.stack});
+    *block = LiveBlock{e.size, e.time_ns, e.stack};
     StackTotals& t = stack_totals(e.stack);
     t.bytes += e.size;
     t.blocks++;

@@ -27,6 +27,25 @@ public:
         }
     }
 
+    // The value slot for `key`, created (value-initialised) if absent;
+    // `fresh` tells which. One probe sequence for "replace or add".
+    Value* slot(uint64_t key, bool* fresh) {
+        if ((size_ + 1) * 8 > keys_.size() * 7) rehash(keys_.size() * 2);
+        for (size_t i = slot_of(key);; i = (i + 1) & mask_) {
+            if (keys_[i] == key) {
+                *fresh = false;
+                return &values_[i];
+            }
+            if (keys_[i] == 0) {
+                keys_[i] = key;
+                values_[i] = Value{};
+                ++size_;
+                *fresh = true;
+                return &values_[i];
+            }
+        }
+    }
+
     // Inserts or overwrites; returns true if the key was new.
     bool insert(uint64_t key, const Value& value) {
         if ((size_ + 1) * 8 > keys_.size() * 7) rehash(keys_.size() * 2);
