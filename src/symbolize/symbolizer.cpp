@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <vector>
 #include <unordered_map>
 #include <utility>
 
@@ -74,11 +75,33 @@ std::string to_hex(const std::string& bytes)
 // with comp_dir "./malloc"); joining again would give a path that does not
 // exist. An absolute comp_dir is still applied to a relative file in case
 // the line table did not.
+// "/a/build/../src/x.c" -> "/a/src/x.c": lexically, as the compiler saw
+// it (no symlinks resolved: the file may not exist here).
+std::string normalized(const std::string& path)
+{
+    std::vector<std::string> parts;
+    size_t start = 1;
+    while (start <= path.size()) {
+        size_t slash = path.find('/', start);
+        if (slash == std::string::npos) slash = path.size();
+        std::string part = path.substr(start, slash - start);
+        if (part == "..") {
+            if (!parts.empty()) parts.pop_back();
+        } else if (!part.empty() && part != ".") {
+            parts.push_back(part);
+        }
+        start = slash + 1;
+    }
+    std::string out;
+    for (const std::string& part : parts) out += "/" + part;
+    return out.empty() ? "/" : out;
+}
+
 std::string absolute_path(const char* file, const char* comp_dir)
 {
-    if (file[0] == '/' || !comp_dir || comp_dir[0] != '/')
-        return file;
-    return std::string(comp_dir) + "/" + file;
+    if (file[0] == '/') return normalized(file);
+    if (!comp_dir || comp_dir[0] != '/') return file;
+    return normalized(std::string(comp_dir) + "/" + file);
 }
 
 const char* string_attribute(Dwarf_Die* die, unsigned int name)
