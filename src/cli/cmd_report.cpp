@@ -85,10 +85,10 @@ int run_report(const ReportCliOptions& o) {
         std::cout << report_to_json(moment, report, o.top).dump(2) << "\n";
     } else if (o.format == "csv") {
         static const std::pair<const char*, ReportTable> kTables[] = {{"sites", ReportTable::Sites},
-                                                                       {"functions", ReportTable::Functions},
-                                                                       {"modules", ReportTable::Modules},
-                                                                       {"sizes", ReportTable::Sizes},
-                                                                       {"rate", ReportTable::Rate}};
+                                                                      {"functions", ReportTable::Functions},
+                                                                      {"modules", ReportTable::Modules},
+                                                                      {"sizes", ReportTable::Sizes},
+                                                                      {"rate", ReportTable::Rate}};
         ReportTable table = ReportTable::Sites;
         for (const auto& [name, value] : kTables)
             if (o.table == name) table = value;

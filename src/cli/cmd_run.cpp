@@ -69,6 +69,30 @@ std::string absolute(const std::string& path) {
     return std::string(cwd) + "/" + path;
 }
 
+// The file execvp would run for `name`, or "" if none.
+std::string resolve_program(const std::string& name) {
+    if (name.find('/') != std::string::npos) return name;
+    const char* path = std::getenv("PATH");
+    std::string dirs = path && *path ? path : "/usr/local/bin:/usr/bin:/bin";
+    for (size_t start = 0; start <= dirs.size();) {
+        size_t end = dirs.find(':', start);
+        if (end == std::string::npos) end = dirs.size();
+        std::string dir = dirs.substr(start, end - start);
+        std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+        if (access(candidate.c_str(), X_OK) == 0) return candidate;
+        start = end + 1;
+    }
+    return "";
+}
+
+// The dynamic linker ignores LD_PRELOAD paths for a setuid/setgid program
+// (secure-execution mode), so the recorder never loads and cannot say why.
+bool is_set_id(const std::string& program) {
+    struct stat st;
+    std::string file = resolve_program(program);
+    return !file.empty() && stat(file.c_str(), &st) == 0 && (st.st_mode & (S_ISUID | S_ISGID));
+}
+
 pid_t g_child = -1;
 
 void forward_signal(int sig) {
@@ -126,7 +150,10 @@ int run(const RunOptions& o) {
     int logs = 0;
     for (std::string line; std::getline(paths, line);)
         if (!line.empty()) std::cerr << "heapsnap: log: " << line << "\n", ++logs;
-    if (!logs) warn("no log was written (see the recorder's message above, if any)");
+    if (!logs && is_set_id(o.command[0]))
+        warn(o.command[0] + " is setuid/setgid: such programs are not recorded (secure-execution mode); no log was written");
+    else if (!logs)
+        warn("no log was written (see the recorder's message above, if any)");
     unlink(paths_file.c_str());
     rmdir(dir.c_str());
     if (WIFEXITED(status)) return WEXITSTATUS(status);

@@ -7,6 +7,7 @@
 #define ZSTD_STATIC_LINKING_ONLY  // ZSTD_getFrameHeader
 #include <zstd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -90,8 +91,12 @@ public:
         units_ = at.time_ns / hslog::kTimeUnitNs;
         addr_ = at.address;
         thread_ = at.thread;
+        stacks_ = at.stacks;
+        max_stack_ = at.max_stack;
     }
-    StreamPosition position(uint64_t offset) const { return StreamPosition{offset, now_, addr_, thread_}; }
+    StreamPosition position(uint64_t offset) const {
+        return StreamPosition{offset, now_, addr_, thread_, stacks_, max_stack_};
+    }
     bool frame_done() const { return frame_done_; }
 
 private:
@@ -107,6 +112,12 @@ private:
     uint64_t address(codec::Reader& r) {
         addr_ += static_cast<uint64_t>(r.svarint());
         return addr_;
+    }
+    // An event's stack: 0 (none) or an id defined before (kStackIdSlack).
+    uint32_t stack_ref(codec::Reader& r) {
+        uint64_t id = r.varint();
+        if (id > max_stack_) r.invalidate();
+        return static_cast<uint32_t>(id);
     }
 
     bool record(hslog::Tag tag, codec::Reader& r) {
@@ -133,14 +144,19 @@ private:
                 return true;
             }
             case Tag::Stack: {
-                auto id = static_cast<uint32_t>(r.varint());
+                uint64_t wide = r.varint();
+                if (wide == 0 || wide > stacks_ + kStackIdSlack) r.invalidate();
+                auto id = static_cast<uint32_t>(wide);
                 uint64_t n = r.count(2);
                 frames_.resize(n);
                 for (auto& f : frames_) {
                     f.module = static_cast<uint32_t>(r.varint());
                     f.vaddr = r.varint();
                 }
-                if (r.ok()) visitor_.on_stack(id, frames_);
+                if (!r.ok()) return true;
+                stacks_++;
+                max_stack_ = std::max(max_stack_, id);
+                visitor_.on_stack(id, frames_);
                 return true;
             }
             case Tag::Thread:
@@ -168,7 +184,7 @@ private:
                 e.time_ns = advance(r);
                 e.address = address(r);
                 e.size = r.varint();
-                e.stack = static_cast<uint32_t>(r.varint());
+                e.stack = stack_ref(r);
                 e.thread = thread_;
                 summary_.events++;
                 if (r.ok()) visitor_.on_alloc(e);
@@ -190,7 +206,7 @@ private:
                 e.length = r.varint();
                 e.prot = static_cast<uint32_t>(r.varint());
                 e.flags = static_cast<uint32_t>(r.varint());
-                e.stack = static_cast<uint32_t>(r.varint());
+                e.stack = stack_ref(r);
                 e.thread = thread_;
                 summary_.events++;
                 if (r.ok()) visitor_.on_mmap(e);
@@ -303,6 +319,8 @@ private:
     uint64_t units_ = 0;  // now_ in hslog::kTimeUnitNs
     uint64_t addr_ = 0;
     uint32_t thread_ = 0;
+    uint64_t stacks_ = 0;
+    uint32_t max_stack_ = 0;
     std::vector<StackFrame> frames_;
 };
 

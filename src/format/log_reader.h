@@ -171,6 +171,8 @@ struct StreamPosition {
     uint64_t time_ns = 0;
     uint64_t address = 0;
     uint32_t thread = 0;
+    uint64_t stacks = 0;     // Stack records before it
+    uint32_t max_stack = 0;  // the highest stack id they defined
 };
 
 struct ReadSummary {
@@ -187,6 +189,14 @@ struct ReadSummary {
     bool resumable = false;
     StreamPosition resume;
 };
+
+// Stack ids bound what a reader allocates per stack (replay keeps a table
+// indexed by id), so a hostile id must not make it allocate gigabytes: a
+// Stack record's id may exceed the number of Stack records before it by at
+// most this much, and an event may only name an id up to the highest
+// defined (the recorder numbers stacks 1, 2, 3... in the order it defines
+// them, a fork child's log included; formats/hslog.md, Corruption).
+inline constexpr uint32_t kStackIdSlack = 1u << 16;
 
 // Reads `path` from the start and feeds `visitor`. Throws heapsnap::Error for
 // a file that is not a heapsnap log, has an unsupported version, or holds a

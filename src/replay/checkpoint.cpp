@@ -10,7 +10,8 @@
 namespace heapsnap {
 namespace {
 
-const FileKind kCheckpointKind{"HSNAPCKP", 1, "checkpoint"};
+// Version 2: the stream position carries the stack count and highest id.
+const FileKind kCheckpointKind{"HSNAPCKP", 2, "checkpoint"};
 constexpr size_t kFingerprintBytes = 4096;
 
 // FNV-1a over the log's first bytes (its header and process record): ties
@@ -41,6 +42,8 @@ std::optional<Checkpoint> load_checkpoint(const std::string& log) {
         c.position.time_ns = r.varint();
         c.position.address = r.varint();
         c.position.thread = static_cast<uint32_t>(r.varint());
+        c.position.stacks = r.varint();
+        c.position.max_stack = static_cast<uint32_t>(r.varint());
         for (uint64_t n = r.count(4); n-- && r.ok();) {
             MarkerRecord m;
             bool has_data;
@@ -63,6 +66,8 @@ void save_checkpoint(const std::string& log, const StreamPosition& position, con
     o.varint(position.time_ns);
     o.varint(position.address);
     o.varint(position.thread);
+    o.varint(position.stacks);
+    o.varint(position.max_stack);
     o.varint(markers.size());
     for (const MarkerRecord& m : markers) put_marker(o, m, false);
     replay.save_state(o);

@@ -298,8 +298,11 @@ void HistoryReplay::applied() {
 }
 
 HistoryReplay::ThreadState& HistoryReplay::thread_state(uint32_t thread) {
-    if (thread >= threads_state_.size()) threads_state_.resize(thread + 1);
-    return threads_state_[thread];
+    if (!cached_state_ || cached_thread_ != thread) {
+        cached_state_ = &threads_state_[thread];  // references into an unordered_map stay valid
+        cached_thread_ = thread;
+    }
+    return *cached_state_;
 }
 
 void HistoryReplay::settle(ThreadState& t, bool temporary) {
@@ -385,7 +388,7 @@ void HistoryReplay::on_munmap(const MunmapEvent& e) {
 }
 
 void HistoryReplay::finish() {
-    for (ThreadState& t : threads_state_) settle(t, true);
+    for (auto& [thread, t] : threads_state_) settle(t, true);
 }
 
 SizeHistogram HistoryReplay::live_sizes() const {

@@ -19,6 +19,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "format/log_reader.h"
@@ -109,6 +110,7 @@ struct SizeHistogram {
 
     static size_t class_of(uint64_t size) { return static_cast<size_t>(std::bit_width(size)); }
     static uint64_t class_min(size_t k) { return k ? uint64_t{1} << (k - 1) : 0; }
+    static uint64_t class_max(size_t k) { return k == 64 ? UINT64_MAX : k ? (uint64_t{1} << k) - 1 : 0; }
     void add(uint64_t size) {
         blocks[class_of(size)]++;
         bytes[class_of(size)] += size;
@@ -198,7 +200,12 @@ private:
     uint64_t heap_allocations_ = 0;
     uint64_t temporary_ = 0;
     std::vector<StackActivity> activity_;
-    std::vector<ThreadState> threads_state_;
+    // By thread index: a map, since a log's indices need not be small (a
+    // fork child continues its parent's numbering, a hostile log says
+    // anything); events come in runs per thread, so the last one is cached.
+    std::unordered_map<uint32_t, ThreadState> threads_state_;
+    uint32_t cached_thread_ = 0;
+    ThreadState* cached_state_ = nullptr;
     AllocationTimeline timeline_;
     uint64_t peak_bytes_ = 0;
     uint64_t peak_blocks_ = 0;

@@ -13,8 +13,10 @@ namespace {
 std::string folded_name(const std::string& name) {
     std::string out = name;
     for (char& c : out)
-        if (c == ';') c = ':';
-        else if (c == '\n' || c == '\r') c = ' ';
+        if (c == ';')
+            c = ':';
+        else if (c == '\n' || c == '\r')
+            c = ' ';
     return out;
 }
 
@@ -61,10 +63,10 @@ std::string frame_color(const std::string& name, bool allocator, FlamePalette pa
 }
 
 struct SvgLayout {
-    double x0 = 10;          // left and right margin
-    double scale = 0;        // px per unit of value
+    double x0 = 10;    // left and right margin
+    double scale = 0;  // px per unit of value
     double frame_height = 16;
-    double bottom = 0;       // y of the root frame's bottom edge
+    double bottom = 0;  // y of the root frame's bottom edge
     double font_size = 12;
     double char_width = 7.1;  // Verdana-like at 12 px; labels are cut to fit
     FlamePalette palette = FlamePalette::Live;
@@ -77,9 +79,10 @@ void draw(std::string& out, const std::string& name, const Node& node, size_t de
     double y = l.bottom - static_cast<double>(depth + 1) * l.frame_height;
     double share = l.total ? 100.0 * static_cast<double>(node.value) / static_cast<double>(l.total) : 0;
     std::string tip = fmt::format("{} ({} bytes, {}, {:.2f}%)", name, node.value, human_bytes(node.value), share);
-    out += fmt::format("<g><title>{}</title><rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.1f}\" "
-                       "fill=\"{}\" rx=\"2\" ry=\"2\"/>",
-                       xml_escape(tip), x, y, w, l.frame_height - 1, frame_color(name, node.allocator, l.palette));
+    out += fmt::format(
+        "<g><title>{}</title><rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.1f}\" "
+        "fill=\"{}\" rx=\"2\" ry=\"2\"/>",
+        xml_escape(tip), x, y, w, l.frame_height - 1, frame_color(name, node.allocator, l.palette));
     auto fit = static_cast<size_t>(std::max(0.0, (w - 6) / l.char_width));
     if (fit >= 3) {
         std::string label = name.size() <= fit ? name : name.substr(0, fit - 2) + "..";
@@ -175,15 +178,18 @@ std::string render_flame_svg(const std::vector<FlameStack>& stacks, const FlameS
 
     std::string out;
     out += "<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"no\"?>\n";
-    out += fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"{0}\" height=\"{1}\" "
-                       "viewBox=\"0 0 {0} {1}\">\n",
-                       width, height);
-    out += "<defs><linearGradient id=\"background\" y1=\"0\" y2=\"1\" x1=\"0\" x2=\"0\">"
-           "<stop stop-color=\"#eeeeee\" offset=\"5%\"/><stop stop-color=\"#eeeeb0\" offset=\"95%\"/>"
-           "</linearGradient></defs>\n";
-    out += "<style type=\"text/css\">text { font-family: Verdana, 'DejaVu Sans', sans-serif; font-size: 12px; "
-           "fill: rgb(0,0,0); } .title { font-size: 17px; text-anchor: middle; } .subtitle { text-anchor: middle; "
-           "fill: rgb(80,80,80); } rect:hover { stroke: black; stroke-width: 0.5; }</style>\n";
+    out += fmt::format(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"{0}\" height=\"{1}\" "
+        "viewBox=\"0 0 {0} {1}\">\n",
+        width, height);
+    out +=
+        "<defs><linearGradient id=\"background\" y1=\"0\" y2=\"1\" x1=\"0\" x2=\"0\">"
+        "<stop stop-color=\"#eeeeee\" offset=\"5%\"/><stop stop-color=\"#eeeeb0\" offset=\"95%\"/>"
+        "</linearGradient></defs>\n";
+    out +=
+        "<style type=\"text/css\">text { font-family: Verdana, 'DejaVu Sans', sans-serif; font-size: 12px; "
+        "fill: rgb(0,0,0); } .title { font-size: 17px; text-anchor: middle; } .subtitle { text-anchor: middle; "
+        "fill: rgb(80,80,80); } rect:hover { stroke: black; stroke-width: 0.5; }</style>\n";
     out += fmt::format("<rect x=\"0\" y=\"0\" width=\"{}\" height=\"{}\" fill=\"url(#background)\"/>\n", width, height);
     out += fmt::format("<text class=\"title\" x=\"{:.1f}\" y=\"24\">{}</text>\n", width / 2, xml_escape(options.title));
     if (!options.subtitle.empty())
@@ -196,9 +202,10 @@ std::string render_flame_svg(const std::vector<FlameStack>& stacks, const FlameS
         out += fmt::format("<text class=\"subtitle\" x=\"{:.1f}\" y=\"{:.1f}\">nothing to draw</text>\n", width / 2,
                            title_height + 12);
     }
-    out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" style=\"font-size: 11px; fill: rgb(100,100,100)\">"
-                       "width = bytes; hover a frame for its name and size</text>\n",
-                       l.x0, height - 8);
+    out += fmt::format(
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" style=\"font-size: 11px; fill: rgb(100,100,100)\">"
+        "width = bytes; hover a frame for its name and size</text>\n",
+        l.x0, height - 8);
     out += "</svg>\n";
     return out;
 }

@@ -158,7 +158,8 @@ double percent(uint64_t part, uint64_t whole) {
 
 std::string bar(uint64_t part, uint64_t whole, size_t width) {
     if (!whole || !part) return "";
-    size_t n = static_cast<size_t>(static_cast<double>(part) * static_cast<double>(width) / static_cast<double>(whole) + 0.5);
+    size_t n =
+        static_cast<size_t>(static_cast<double>(part) * static_cast<double>(width) / static_cast<double>(whole) + 0.5);
     return std::string(std::max<size_t>(n, 1), '#');
 }
 
@@ -195,7 +196,10 @@ nlohmann::json site_json(uint64_t at, const ReportSite& s) {
 }
 
 nlohmann::json group_json(const ReportGroup& g) {
-    return {{"bytes", g.bytes}, {"blocks", g.blocks}, {"kind", kind_name(g.kind)}, {"sites", g.sites},
+    return {{"bytes", g.bytes},
+            {"blocks", g.blocks},
+            {"kind", kind_name(g.kind)},
+            {"sites", g.sites},
             {"frame", frame_json(g.frame)}};
 }
 
@@ -279,6 +283,10 @@ Report build_report(const Snapshot& moment, const ReportHistory* history, const 
     if (history) {
         r.from_log = true;
         r.sizes = history->sizes;
+        for (size_t k = SizeHistogram::class_of(kLargeBlockBytes); k < SizeHistogram::kClasses; ++k) {
+            r.large_blocks += r.sizes.blocks[k];
+            r.large_bytes += r.sizes.bytes[k];
+        }
         r.heap_allocations = history->heap_allocations;
         r.temporary = history->temporary;
         r.rate = rate_buckets(history->timeline, since_start(moment, moment.marker.time_ns), 20);
@@ -291,163 +299,218 @@ Report build_report(const Snapshot& moment, const ReportHistory* history, const 
         for (const auto& [id, frames] : temps.stacks)
             temps.entries.push_back(SnapshotEntry{id, EntryKind::Heap, 0, 0, 0, 0});
         r.temporary_sites = collect_sites(temps, options, symbolizer, false, &history->activity);
-        std::stable_sort(r.temporary_sites.begin(), r.temporary_sites.end(), [](const ReportSite& a, const ReportSite& b) {
-            return std::tie(b.temporary, b.allocations) < std::tie(a.temporary, a.allocations);
-        });
+        std::stable_sort(r.temporary_sites.begin(), r.temporary_sites.end(),
+                         [](const ReportSite& a, const ReportSite& b) {
+                             return std::tie(b.temporary, b.allocations) < std::tie(a.temporary, a.allocations);
+                         });
     }
     r.warnings = symbolizer.warnings();
     return r;
 }
 
-std::string render_report_text(const Snapshot& s, const Report& r, const ReportRender& how) {
-    Palette p{how.color};
-    auto size = [&](uint64_t v) { return how.exact_bytes ? std::to_string(v) : human_bytes(v); };
-    uint64_t at = r.at_ns;
-    std::string out;
+namespace {
 
-    out += p.bold("heapsnap report") + "\n";
-    std::string what = s.marker.index ? fmt::format("marker {} \"{}\"", s.marker.index, s.marker.label)
-                                      : fmt::format("moment \"{}\"", s.marker.label);
-    out += fmt::format("  pid {}  {}  {} at {:.3f} s\n", s.process.pid, basename_of(s.process.exe), what, s.time_s());
-    if (r.from_log)
-        out += fmt::format("  from the log {}\n", s.source);
-    else
-        out += fmt::format("  from the snapshot {}{}\n", how.input,
-                           s.source.empty() ? std::string() : " (of " + s.source + ")");
-    out += "\n" + p.bold("Totals") + "\n";
-    out += fmt::format("  live heap         {} in {} blocks\n", size(s.totals.live_bytes), s.totals.live_blocks);
-    out += fmt::format("  live mmap         {} in {} regions\n", size(s.totals.mmap_bytes), s.totals.mmap_regions);
-    if (s.totals.peak_bytes)
-        out += fmt::format("  peak heap         {} at {:.3f} s\n", size(s.totals.peak_bytes),
-                           static_cast<double>(since_start(s, s.totals.peak_time_ns)) / 1e9);
-    out += fmt::format("  allocations       {} (malloc family and mmap calls up to the moment)\n", s.totals.allocations);
-    if (r.from_log)
-        out += fmt::format("  temporary         {} ({:.1f} % of {} heap allocations)\n", r.temporary,
-                           percent(r.temporary, r.heap_allocations), r.heap_allocations);
-    else
-        out += "  temporary         not available for a snapshot\n";
-    out += fmt::format("  untracked frees   {}\n", s.totals.untracked_frees);
+// The text report, one method per section.
+class TextReport {
+public:
+    TextReport(const Snapshot& s, const Report& r, const ReportRender& how) : s_(s), r_(r), how_(how), p_{how.color} {}
 
-    size_t n = shown(r.sites.size(), how.top);
-    out += "\n" + p.bold(fmt::format("Top {} of {} call sites by live bytes", n, r.sites.size())) + "\n";
-    if (r.sites.empty()) out += "  nothing is live\n";
-    else out += p.dim(fmt::format("  {:>3}  {:>10}  {:>8}  {:>10}  {:>10}  {}", "#", "bytes", "blocks", "oldest",
-                                  "newest", "(age of the oldest and newest live block)")) + "\n";
-    for (size_t i = 0; i < n; ++i) {
-        const ReportSite& site = r.sites[i];
-        auto age = [&](uint64_t t) { return human_duration(at > t ? at - t : 0); };
-        out += fmt::format("  {:>3}  {:>10}  {:>8}  {:>10}  {:>10}  {}\n", i + 1, size(site.bytes), site.blocks,
-                           age(site.oldest_ns), age(site.newest_ns), kind_name(site.kind));
-        for (const SymbolFrame& f : site.frames) {
-            std::string name = frame_label(f);
-            if (f.inlined) name += " [inlined]";
-            std::string where = location(f);
-            out += fmt::format("        {:<40}  {:<32}  {}\n", name, where.empty() ? "" : p.dim(where),
-                               p.dim(basename_of(f.module)));
-        }
+    std::string render() {
+        header();
+        totals();
+        sites_by_bytes();
+        sites_by_blocks();
+        groups(r_.functions, "allocating functions", false);
+        groups(r_.modules, "allocating modules", true);
+        sizes();
+        peak();
+        temporaries();
+        rate();
+        return std::move(out_);
     }
 
-    n = shown(r.by_blocks.size(), how.top);
-    if (n) {
-        out += "\n" + p.bold(fmt::format("Top {} call sites by live blocks", n)) + "\n";
-        out += p.dim(fmt::format("  {:>3}  {:>8}  {:>10}  {}", "#", "blocks", "bytes", "allocating frame")) + "\n";
+private:
+    std::string size(uint64_t v) const { return how_.exact_bytes ? std::to_string(v) : human_bytes(v); }
+    size_t rows(size_t n) const { return shown(n, how_.top); }
+    double seconds(uint64_t t) const { return static_cast<double>(since_start(s_, t)) / 1e9; }
+    void title(const std::string& text, const std::string& note = "") {
+        out_ += "\n" + p_.bold(text) + (note.empty() ? "" : p_.dim(" " + note)) + "\n";
+    }
+    void columns(const std::string& text) { out_ += p_.dim(text) + "\n"; }
+
+    void header() {
+        out_ += p_.bold("heapsnap report") + "\n";
+        std::string what = s_.marker.index ? fmt::format("marker {} \"{}\"", s_.marker.index, s_.marker.label)
+                                           : fmt::format("moment \"{}\"", s_.marker.label);
+        out_ += fmt::format("  pid {}  {}  {} at {:.3f} s\n", s_.process.pid, basename_of(s_.process.exe), what,
+                            s_.time_s());
+        if (r_.from_log)
+            out_ += fmt::format("  from the log {}\n", s_.source);
+        else
+            out_ += fmt::format("  from the snapshot {}{}\n", how_.input,
+                                s_.source.empty() ? std::string() : " (of " + s_.source + ")");
+    }
+
+    void totals() {
+        const SnapshotTotals& t = s_.totals;
+        title("Totals");
+        out_ += fmt::format("  live heap         {} in {} blocks\n", size(t.live_bytes), t.live_blocks);
+        out_ += fmt::format("  live mmap         {} in {} regions\n", size(t.mmap_bytes), t.mmap_regions);
+        if (t.peak_bytes)
+            out_ += fmt::format("  peak heap         {} at {:.3f} s\n", size(t.peak_bytes), seconds(t.peak_time_ns));
+        out_ += fmt::format("  allocations       {} (malloc family and mmap calls up to the moment)\n", t.allocations);
+        if (r_.from_log)
+            out_ += fmt::format("  temporary         {} ({:.1f} % of {} heap allocations)\n", r_.temporary,
+                                percent(r_.temporary, r_.heap_allocations), r_.heap_allocations);
+        else
+            out_ += "  temporary         not available for a snapshot\n";
+        out_ += fmt::format("  untracked frees   {}\n", t.untracked_frees);
+    }
+
+    void sites_by_bytes() {
+        size_t n = rows(r_.sites.size());
+        title(fmt::format("Top {} of {} call sites by live bytes", n, r_.sites.size()));
+        if (r_.sites.empty()) {
+            out_ += "  nothing is live\n";
+            return;
+        }
+        columns(fmt::format("  {:>3}  {:>10}  {:>8}  {:>10}  {:>10}  {}", "#", "bytes", "blocks", "oldest", "newest",
+                            "(age of the oldest and newest live block)"));
+        auto age = [&](uint64_t t) { return human_duration(r_.at_ns > t ? r_.at_ns - t : 0); };
         for (size_t i = 0; i < n; ++i) {
-            const ReportSite& site = r.sites[r.by_blocks[i]];
-            out += fmt::format("  {:>3}  {:>8}  {:>10}  {}\n", i + 1, site.blocks, size(site.bytes),
-                               site_line(site.frames, p));
-        }
-    }
-
-    auto groups = [&](const std::vector<ReportGroup>& v, const char* title, const char* column) {
-        size_t count = shown(v.size(), how.top);
-        if (!count) return;
-        out += "\n" + p.bold(fmt::format("Top {} {} (first frame outside the allocator)", count, title)) + "\n";
-        out += p.dim(fmt::format("  {:>3}  {:>10}  {:>8}  {:>6}  {:>5}  {}", "#", "bytes", "blocks", "%", "sites",
-                                 column)) + "\n";
-        for (size_t i = 0; i < count; ++i) {
-            const ReportGroup& g = v[i];
-            std::string name = column[0] == 'm' ? basename_of(g.frame.module) : frame_label(g.frame);
-            if (column[0] != 'm' && !g.frame.module.empty()) name += "  " + p.dim("(" + basename_of(g.frame.module) + ")");
-            if (g.kind == EntryKind::Mmap) name += "  [mmap]";
-            uint64_t whole = g.kind == EntryKind::Heap ? s.totals.live_bytes : s.totals.mmap_bytes;
-            out += fmt::format("  {:>3}  {:>10}  {:>8}  {:>6.1f}  {:>5}  {}\n", i + 1, size(g.bytes), g.blocks,
-                               percent(g.bytes, whole), g.sites, name);
-        }
-    };
-    groups(r.functions, "allocating functions", "function");
-    groups(r.modules, "allocating modules", "module");
-
-    out += "\n" + p.bold("Sizes of live heap blocks") + "\n";
-    if (!r.from_log) {
-        out += "  not available for a snapshot (report the log instead: heapsnap report LOG@MARKER)\n";
-    } else if (!s.totals.live_blocks) {
-        out += "  no live heap blocks\n";
-    } else {
-        out += p.dim(fmt::format("  {:<22}  {:>8}  {:>10}  {:>6}", "size", "blocks", "bytes", "%")) + "\n";
-        uint64_t large_blocks = 0, large_bytes = 0;
-        for (size_t k = 0; k < SizeHistogram::kClasses; ++k) {
-            if (!r.sizes.blocks[k]) continue;
-            bool large = SizeHistogram::class_min(k) >= kLargeBlockBytes;
-            if (large) {
-                large_blocks += r.sizes.blocks[k];
-                large_bytes += r.sizes.bytes[k];
+            const ReportSite& site = r_.sites[i];
+            out_ += fmt::format("  {:>3}  {:>10}  {:>8}  {:>10}  {:>10}  {}\n", i + 1, size(site.bytes), site.blocks,
+                                age(site.oldest_ns), age(site.newest_ns), kind_name(site.kind));
+            for (const SymbolFrame& f : site.frames) {
+                std::string name = frame_label(f);
+                if (f.inlined) name += " [inlined]";
+                std::string where = location(f);
+                out_ += fmt::format("        {:<40}  {:<32}  {}\n", name, where.empty() ? "" : p_.dim(where),
+                                    p_.dim(basename_of(f.module)));
             }
-            std::string line = fmt::format("  {:<22}  {:>8}  {:>10}  {:>6.1f}  {:<30}{}", size_class_label(k),
-                                           r.sizes.blocks[k], size(r.sizes.bytes[k]),
-                                           percent(r.sizes.bytes[k], s.totals.live_bytes),
-                                           bar(r.sizes.bytes[k], s.totals.live_bytes, 30), large ? "  large" : "");
-            out += trimmed(line);
         }
-        out += fmt::format("  large blocks (>= 128 KiB, glibc's default M_MMAP_THRESHOLD: each is its own mmap): "
-                           "{} blocks, {}, {:.1f} % of live bytes\n",
-                           large_blocks, size(large_bytes), percent(large_bytes, s.totals.live_bytes));
     }
 
-    out += "\n" + p.bold("Peak") + "\n";
-    if (!s.totals.peak_bytes) {
-        out += "  no heap allocation before the moment\n";
-    } else if (!r.from_log) {
-        out += fmt::format("  {} at {:.3f} s; call sites at the peak: not available for a snapshot\n",
-                           size(s.totals.peak_bytes), static_cast<double>(since_start(s, s.totals.peak_time_ns)) / 1e9);
-    } else {
-        out += fmt::format("  {} in {} blocks at {:.3f} s\n", size(s.totals.peak_bytes), r.peak_blocks,
-                           static_cast<double>(since_start(s, s.totals.peak_time_ns)) / 1e9);
-        n = shown(r.peak_sites.size(), how.top);
-        out += p.dim(fmt::format("  {:>3}  {:>10}  {:>8}  {}", "#", "bytes", "blocks", "allocating frame")) + "\n";
-        for (size_t i = 0; i < n; ++i)
-            out += fmt::format("  {:>3}  {:>10}  {:>8}  {}\n", i + 1, size(r.peak_sites[i].bytes), r.peak_sites[i].blocks,
-                               site_line(r.peak_sites[i].frames, p));
+    void sites_by_blocks() {
+        size_t n = rows(r_.by_blocks.size());
+        if (!n) return;
+        title(fmt::format("Top {} call sites by live blocks", n));
+        columns(fmt::format("  {:>3}  {:>8}  {:>10}  {}", "#", "blocks", "bytes", "allocating frame"));
+        for (size_t i = 0; i < n; ++i) {
+            const ReportSite& site = r_.sites[r_.by_blocks[i]];
+            out_ += fmt::format("  {:>3}  {:>8}  {:>10}  {}\n", i + 1, site.blocks, size(site.bytes),
+                                site_line(site.frames, p_));
+        }
     }
 
-    out += "\n" + p.bold("Temporary allocations") + p.dim(" (freed before the thread's next allocation)") + "\n";
-    if (!r.from_log) {
-        out += "  not available for a snapshot\n";
-    } else if (r.temporary_sites.empty()) {
-        out += "  none\n";
-    } else {
-        n = shown(r.temporary_sites.size(), how.top);
-        out += p.dim(fmt::format("  {:>3}  {:>10}  {:>11}  {}", "#", "temporary", "allocations", "allocating frame")) +
-               "\n";
-        for (size_t i = 0; i < n; ++i)
-            out += fmt::format("  {:>3}  {:>10}  {:>11}  {}\n", i + 1, r.temporary_sites[i].temporary,
-                               r.temporary_sites[i].allocations, site_line(r.temporary_sites[i].frames, p));
+    void groups(const std::vector<ReportGroup>& v, const char* what, bool modules) {
+        size_t n = rows(v.size());
+        if (!n) return;
+        title(fmt::format("Top {} {}", n, what), "(first frame outside the allocator)");
+        columns(fmt::format("  {:>3}  {:>10}  {:>8}  {:>6}  {:>5}  {}", "#", "bytes", "blocks", "%", "sites",
+                            modules ? "module" : "function"));
+        for (size_t i = 0; i < n; ++i) {
+            const ReportGroup& g = v[i];
+            std::string name = modules ? basename_of(g.frame.module) : frame_label(g.frame);
+            if (!modules && !g.frame.module.empty()) name += "  " + p_.dim("(" + basename_of(g.frame.module) + ")");
+            if (g.kind == EntryKind::Mmap) name += "  [mmap]";
+            uint64_t whole = g.kind == EntryKind::Heap ? s_.totals.live_bytes : s_.totals.mmap_bytes;
+            out_ += fmt::format("  {:>3}  {:>10}  {:>8}  {:>6.1f}  {:>5}  {}\n", i + 1, size(g.bytes), g.blocks,
+                                percent(g.bytes, whole), g.sites, name);
+        }
     }
 
-    out += "\n" + p.bold("Allocation rate") + p.dim(" (malloc family and mmap calls per second)") + "\n";
-    if (!r.from_log) {
-        out += "  not available for a snapshot\n";
-    } else {
+    void sizes() {
+        title("Sizes of live heap blocks");
+        if (!r_.from_log) {
+            out_ += "  not available for a snapshot (report the log instead: heapsnap report LOG@MARKER)\n";
+            return;
+        }
+        if (!s_.totals.live_blocks) {
+            out_ += "  no live heap blocks\n";
+            return;
+        }
+        uint64_t live = s_.totals.live_bytes;
+        columns(fmt::format("  {:<22}  {:>8}  {:>10}  {:>6}", "size", "blocks", "bytes", "%"));
+        for (size_t k = 0; k < SizeHistogram::kClasses; ++k) {
+            if (!r_.sizes.blocks[k]) continue;
+            out_ += trimmed(fmt::format("  {:<22}  {:>8}  {:>10}  {:>6.1f}  {:<30}{}", size_class_label(k),
+                                        r_.sizes.blocks[k], size(r_.sizes.bytes[k]), percent(r_.sizes.bytes[k], live),
+                                        bar(r_.sizes.bytes[k], live, 30),
+                                        SizeHistogram::class_min(k) >= kLargeBlockBytes ? "  large" : ""));
+        }
+        out_ += fmt::format(
+            "  large blocks (>= 128 KiB, glibc's default M_MMAP_THRESHOLD: each is its own mmap): "
+            "{} blocks, {}, {:.1f} % of live bytes\n",
+            r_.large_blocks, size(r_.large_bytes), percent(r_.large_bytes, live));
+    }
+
+    void peak() {
+        title("Peak");
+        const SnapshotTotals& t = s_.totals;
+        if (!t.peak_bytes) {
+            out_ += "  no heap allocation before the moment\n";
+        } else if (!r_.from_log) {
+            out_ += fmt::format("  {} at {:.3f} s; call sites at the peak: not available for a snapshot\n",
+                                size(t.peak_bytes), seconds(t.peak_time_ns));
+        } else {
+            out_ += fmt::format("  {} in {} blocks at {:.3f} s\n", size(t.peak_bytes), r_.peak_blocks,
+                                seconds(t.peak_time_ns));
+            columns(fmt::format("  {:>3}  {:>10}  {:>8}  {}", "#", "bytes", "blocks", "allocating frame"));
+            for (size_t i = 0; i < rows(r_.peak_sites.size()); ++i) {
+                const ReportSite& site = r_.peak_sites[i];
+                out_ += fmt::format("  {:>3}  {:>10}  {:>8}  {}\n", i + 1, size(site.bytes), site.blocks,
+                                    site_line(site.frames, p_));
+            }
+        }
+    }
+
+    void temporaries() {
+        title("Temporary allocations", "(freed before the thread's next allocation)");
+        if (!r_.from_log) {
+            out_ += "  not available for a snapshot\n";
+            return;
+        }
+        if (r_.temporary_sites.empty()) {
+            out_ += "  none\n";
+            return;
+        }
+        columns(fmt::format("  {:>3}  {:>10}  {:>11}  {}", "#", "temporary", "allocations", "allocating frame"));
+        for (size_t i = 0; i < rows(r_.temporary_sites.size()); ++i) {
+            const ReportSite& site = r_.temporary_sites[i];
+            out_ += fmt::format("  {:>3}  {:>10}  {:>11}  {}\n", i + 1, site.temporary, site.allocations,
+                                site_line(site.frames, p_));
+        }
+    }
+
+    void rate() {
+        title("Allocation rate", "(malloc family and mmap calls per second)");
+        if (!r_.from_log) {
+            out_ += "  not available for a snapshot\n";
+            return;
+        }
         uint64_t most = 0;
-        for (const RateBucket& b : r.rate) most = std::max(most, b.allocations);
+        for (const RateBucket& b : r_.rate) most = std::max(most, b.allocations);
         // Enough decimals that consecutive bucket edges differ.
-        double width = r.rate.empty() ? 1 : r.rate.front().end_s - r.rate.front().start_s;
+        double width = r_.rate.empty() ? 1 : r_.rate.front().end_s - r_.rate.front().start_s;
         int decimals = std::clamp(static_cast<int>(std::ceil(-std::log10(width))) + 1, 3, 9);
-        out += p.dim(fmt::format("  {:>12}  {:>12}  {:>10}  {:>12}", "from s", "to s", "calls", "per second")) + "\n";
-        for (const RateBucket& b : r.rate)
-            out += trimmed(fmt::format("  {:>12.{}f}  {:>12.{}f}  {:>10}  {:>12.0f}  {}", b.start_s, decimals, b.end_s,
-                                       decimals, b.allocations, b.per_second, bar(b.allocations, most, 30)));
+        columns(fmt::format("  {:>12}  {:>12}  {:>10}  {:>12}", "from s", "to s", "calls", "per second"));
+        for (const RateBucket& b : r_.rate)
+            out_ += trimmed(fmt::format("  {:>12.{}f}  {:>12.{}f}  {:>10}  {:>12.0f}  {}", b.start_s, decimals, b.end_s,
+                                        decimals, b.allocations, b.per_second, bar(b.allocations, most, 30)));
     }
-    return out;
+
+    const Snapshot& s_;
+    const Report& r_;
+    const ReportRender& how_;
+    Palette p_;
+    std::string out_;
+};
+
+}  // namespace
+
+std::string render_report_text(const Snapshot& s, const Report& r, const ReportRender& how) {
+    return TextReport(s, r, how).render();
 }
 
 nlohmann::json report_to_json(const Snapshot& s, const Report& r, size_t top) {
@@ -462,41 +525,36 @@ nlohmann::json report_to_json(const Snapshot& s, const Report& r, size_t top) {
         return out;
     };
     nlohmann::json by_blocks = nlohmann::json::array();
-    for (size_t i = 0; i < shown(r.by_blocks.size(), top); ++i) by_blocks.push_back(site_json(r.at_ns, r.sites[r.by_blocks[i]]));
-    nlohmann::json totals = {{"live_bytes", s.totals.live_bytes},
-                             {"live_blocks", s.totals.live_blocks},
-                             {"mmap_bytes", s.totals.mmap_bytes},
-                             {"mmap_regions", s.totals.mmap_regions},
-                             {"allocations", s.totals.allocations},
-                             {"untracked_frees", s.totals.untracked_frees},
-                             {"peak_bytes", s.totals.peak_bytes},
-                             {"peak_time_s", s.totals.peak_bytes
-                                                 ? nlohmann::json(static_cast<double>(since_start(s, s.totals.peak_time_ns)) / 1e9)
-                                                 : nlohmann::json(nullptr)},
-                             {"sites", r.sites.size()}};
+    for (size_t i = 0; i < shown(r.by_blocks.size(), top); ++i)
+        by_blocks.push_back(site_json(r.at_ns, r.sites[r.by_blocks[i]]));
+    nlohmann::json totals = {
+        {"live_bytes", s.totals.live_bytes},
+        {"live_blocks", s.totals.live_blocks},
+        {"mmap_bytes", s.totals.mmap_bytes},
+        {"mmap_regions", s.totals.mmap_regions},
+        {"allocations", s.totals.allocations},
+        {"untracked_frees", s.totals.untracked_frees},
+        {"peak_bytes", s.totals.peak_bytes},
+        {"peak_time_s", s.totals.peak_bytes
+                            ? nlohmann::json(static_cast<double>(since_start(s, s.totals.peak_time_ns)) / 1e9)
+                            : nlohmann::json(nullptr)},
+        {"sites", r.sites.size()}};
     nlohmann::json sizes = nullptr;
     nlohmann::json history = nullptr;
     if (r.from_log) {
         nlohmann::json classes = nlohmann::json::array();
-        uint64_t large_blocks = 0, large_bytes = 0;
         for (size_t k = 0; k < SizeHistogram::kClasses; ++k) {
             if (!r.sizes.blocks[k]) continue;
-            bool large = SizeHistogram::class_min(k) >= kLargeBlockBytes;
-            if (large) {
-                large_blocks += r.sizes.blocks[k];
-                large_bytes += r.sizes.bytes[k];
-            }
-            uint64_t max = k == 0 ? 0 : k == 64 ? UINT64_MAX : (uint64_t{1} << k) - 1;
             classes.push_back({{"min", SizeHistogram::class_min(k)},
-                               {"max", max},
+                               {"max", SizeHistogram::class_max(k)},
                                {"blocks", r.sizes.blocks[k]},
                                {"bytes", r.sizes.bytes[k]},
-                               {"large", large}});
+                               {"large", SizeHistogram::class_min(k) >= kLargeBlockBytes}});
         }
         sizes = {{"classes", std::move(classes)},
                  {"large_threshold", kLargeBlockBytes},
-                 {"large_blocks", large_blocks},
-                 {"large_bytes", large_bytes}};
+                 {"large_blocks", r.large_blocks},
+                 {"large_bytes", r.large_bytes}};
         nlohmann::json rate = nlohmann::json::array();
         for (const RateBucket& b : r.rate)
             rate.push_back({{"start_s", b.start_s},
@@ -515,18 +573,12 @@ nlohmann::json report_to_json(const Snapshot& s, const Report& r, size_t top) {
                    {"peak", std::move(peak)},
                    {"sites_by_temporary", sites(r.temporary_sites)}};
     }
-    return {{"format", "heapsnap-report"},
-            {"version", 1},
-            {"moment", moment_json(s)},
-            {"source_kind", r.from_log ? "log" : "snapshot"},
-            {"totals", std::move(totals)},
-            {"sites_by_bytes", sites(r.sites)},
-            {"sites_by_blocks", by_blocks},
-            {"functions", groups(r.functions)},
-            {"modules", groups(r.modules)},
-            {"sizes", std::move(sizes)},
-            {"history", std::move(history)},
-            {"warnings", r.warnings}};
+    return {{"format", "heapsnap-report"},   {"version", 1},
+            {"moment", moment_json(s)},      {"source_kind", r.from_log ? "log" : "snapshot"},
+            {"totals", std::move(totals)},   {"sites_by_bytes", sites(r.sites)},
+            {"sites_by_blocks", by_blocks},  {"functions", groups(r.functions)},
+            {"modules", groups(r.modules)},  {"sizes", std::move(sizes)},
+            {"history", std::move(history)}, {"warnings", r.warnings}};
 }
 
 std::string render_report_csv(const Report& r, ReportTable table, size_t top) {
@@ -543,10 +595,13 @@ std::string render_report_csv(const Report& r, ReportTable table, size_t top) {
             for (size_t i = 0; i < shown(r.sites.size(), top); ++i) {
                 const ReportSite& s = r.sites[i];
                 const SymbolFrame* f = allocating_frame(s.frames);
-                auto age = [&](uint64_t t) { return fmt::format("{:.6f}", static_cast<double>(r.at_ns > t ? r.at_ns - t : 0) / 1e9); };
-                out += fmt::format("{},{},{},{},{},{},{},{},{}\n", s.bytes, s.blocks, kind_name(s.kind), age(s.oldest_ns),
-                                   age(s.newest_ns), opt(s.has_activity, s.allocations), opt(s.has_activity, s.temporary),
-                                   csv_quote(f ? frame_label(*f) : ""), csv_quote(stack_text(s.frames)));
+                auto age = [&](uint64_t t) {
+                    return fmt::format("{:.6f}", static_cast<double>(r.at_ns > t ? r.at_ns - t : 0) / 1e9);
+                };
+                out +=
+                    fmt::format("{},{},{},{},{},{},{},{},{}\n", s.bytes, s.blocks, kind_name(s.kind), age(s.oldest_ns),
+                                age(s.newest_ns), opt(s.has_activity, s.allocations), opt(s.has_activity, s.temporary),
+                                csv_quote(f ? frame_label(*f) : ""), csv_quote(stack_text(s.frames)));
             }
             break;
         case ReportTable::Functions:
@@ -567,9 +622,9 @@ std::string render_report_csv(const Report& r, ReportTable table, size_t top) {
             out = "min,max,blocks,bytes,large\n";
             for (size_t k = 0; k < SizeHistogram::kClasses; ++k) {
                 if (!r.sizes.blocks[k]) continue;
-                uint64_t max = k == 0 ? 0 : k == 64 ? UINT64_MAX : (uint64_t{1} << k) - 1;
-                out += fmt::format("{},{},{},{},{}\n", SizeHistogram::class_min(k), max, r.sizes.blocks[k],
-                                   r.sizes.bytes[k], SizeHistogram::class_min(k) >= kLargeBlockBytes ? 1 : 0);
+                out += fmt::format("{},{},{},{},{}\n", SizeHistogram::class_min(k), SizeHistogram::class_max(k),
+                                   r.sizes.blocks[k], r.sizes.bytes[k],
+                                   SizeHistogram::class_min(k) >= kLargeBlockBytes ? 1 : 0);
             }
             break;
         case ReportTable::Rate:

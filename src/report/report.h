@@ -73,12 +73,12 @@ struct ReportSite {
     EntryKind kind = EntryKind::Heap;
     uint64_t bytes = 0;
     uint64_t blocks = 0;
-    bool has_age = false;      // false at the peak (ages are not kept there)
-    uint64_t oldest_ns = 0;    // allocation time of the oldest / newest live block, since process start
+    bool has_age = false;    // false at the peak (ages are not kept there)
+    uint64_t oldest_ns = 0;  // allocation time of the oldest / newest live block, since process start
     uint64_t newest_ns = 0;
-    bool has_activity = false;  // log only, not at the peak:
-    uint64_t allocations = 0;   //   heap allocations the site made up to the moment
-    uint64_t temporary = 0;     //   of those, temporary
+    bool has_activity = false;        // log only, not at the peak:
+    uint64_t allocations = 0;         //   heap allocations the site made up to the moment
+    uint64_t temporary = 0;           //   of those, temporary
     std::vector<SymbolFrame> frames;  // innermost first
 };
 
@@ -99,19 +99,21 @@ struct RateBucket {
 };
 
 struct Report {
-    uint64_t at_ns = 0;  // the moment, since process start: ages are counted to it
-    std::vector<ReportSite> sites;  // every site: bytes, blocks, identity
-    std::vector<size_t> by_blocks;  // indices into sites: blocks, bytes, identity
-    std::vector<ReportGroup> functions;      // bytes, blocks, identity
+    uint64_t at_ns = 0;                  // the moment, since process start: ages are counted to it
+    std::vector<ReportSite> sites;       // every site: bytes, blocks, identity
+    std::vector<size_t> by_blocks;       // indices into sites: blocks, bytes, identity
+    std::vector<ReportGroup> functions;  // bytes, blocks, identity
     std::vector<ReportGroup> modules;
     bool from_log = false;  // the fields below are set
     SizeHistogram sizes;
+    uint64_t large_blocks = 0;  // live blocks of kLargeBlockBytes and more
+    uint64_t large_bytes = 0;
     uint64_t heap_allocations = 0;
     uint64_t temporary = 0;
     std::vector<RateBucket> rate;
     uint64_t peak_blocks = 0;
-    std::vector<ReportSite> peak_sites;        // heap sites at the peak: bytes, blocks, identity
-    std::vector<ReportSite> temporary_sites;   // sites with temporaries: temporary, allocations, identity
+    std::vector<ReportSite> peak_sites;       // heap sites at the peak: bytes, blocks, identity
+    std::vector<ReportSite> temporary_sites;  // sites with temporaries: temporary, allocations, identity
     std::vector<std::string> warnings;
 };
 

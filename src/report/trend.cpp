@@ -149,9 +149,9 @@ std::string render_trend_text(const std::vector<Snapshot>& moments, const TrendR
         const Snapshot& s = moments[i];
         std::string what = s.marker.index ? fmt::format("marker {} \"{}\"", s.marker.index, s.marker.label)
                                           : fmt::format("moment \"{}\"", s.marker.label);
-        out += fmt::format("  {:>3}  pid {}  {}  {} at {:.3f} s  live {} in {} blocks\n", i + 1, s.process.pid,
-                           basename_of(s.process.exe), what, s.time_s(), size(s.totals.live_bytes),
-                           s.totals.live_blocks);
+        out +=
+            fmt::format("  {:>3}  pid {}  {}  {} at {:.3f} s  live {} in {} blocks\n", i + 1, s.process.pid,
+                        basename_of(s.process.exe), what, s.time_s(), size(s.totals.live_bytes), s.totals.live_blocks);
     }
     out += "\n";
     if (t.entries.empty()) out += "No call site changed.\n";

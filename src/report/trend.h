@@ -64,9 +64,9 @@ struct TrendEntry {
     std::vector<uint64_t> series;         // live bytes per moment, oldest first
     std::vector<uint64_t> blocks_series;  // live blocks (mappings for mmap) per moment
     double leak_confidence = 0;
-    int64_t bytes_delta = 0;   // last - first
+    int64_t bytes_delta = 0;  // last - first
     int64_t blocks_delta = 0;
-    bool monotonic = false;    // grew and never shrank
+    bool monotonic = false;           // grew and never shrank
     std::vector<SymbolFrame> frames;  // innermost first
 };
 

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import resource
-import shutil
 import subprocess
 
 from harness import HEAPSNAP, HeapsnapTest, frame_index
@@ -135,12 +134,6 @@ class UnchangedTest(HeapsnapTest):
         diff = self.diff(log + "@" + old, log + "@" + new)
         entries = [e for e in diff["entries"] if frame_index(e, function) >= 0]
         return (sum(e["bytes_delta"] for e in entries), sum(e["blocks_delta"] for e in entries))
-
-
-def copy_tree(src, dst):
-    if os.path.exists(dst):
-        shutil.rmtree(dst)
-    shutil.copytree(src, dst)
 
 
 def pretty(obj):

@@ -95,8 +95,10 @@ XmlCheck check_xml(const std::string& doc) {
         }
         if (tag[0] == '/') {
             std::string name = tag.substr(1);
-            if (open.empty() || open.back() != name) fail("</" + name + "> does not close <" + (open.empty() ? "" : open.back()) + ">");
-            else open.pop_back();
+            if (open.empty() || open.back() != name)
+                fail("</" + name + "> does not close <" + (open.empty() ? "" : open.back()) + ">");
+            else
+                open.pop_back();
             continue;
         }
         bool self_closing = tag.back() == '/';
@@ -185,10 +187,10 @@ TEST_CASE("folded: a diff's growth, only the call sites that grew") {
 
 TEST_CASE("svg: well-formed, self-contained, titles name every frame with its bytes") {
     std::vector<FlameStack> stacks;
-    stacks.push_back(flame_stack({fn("operator new(unsigned long)", "/lib/libstdc++.so.6"),
-                                  fn("std::vector<int, std::allocator<int> >::push_back(int const&)"), fn("fill"),
-                                  fn("main")},
-                                 EntryKind::Heap, 6000));
+    stacks.push_back(
+        flame_stack({fn("operator new(unsigned long)", "/lib/libstdc++.so.6"),
+                     fn("std::vector<int, std::allocator<int> >::push_back(int const&)"), fn("fill"), fn("main")},
+                    EntryKind::Heap, 6000));
     stacks.push_back(flame_stack({fn("cache_put"), fn("main")}, EntryKind::Heap, 3000));
     stacks.push_back(flame_stack({fn("tiny"), fn("main")}, EntryKind::Heap, 1));  // 0.13 px: drawn, no label
     FlameSvgOptions o;

@@ -154,10 +154,14 @@ private:
     uint64_t events_ = 0;
 };
 
-// Deletes the file at scope exit.
+// Deletes the file (and the replay checkpoint a snapshot of it leaves) at
+// scope exit.
 struct TempFile {
     std::string path;
-    ~TempFile() { unlink(path.c_str()); }
+    ~TempFile() {
+        unlink(path.c_str());
+        unlink((path + ".checkpoint").c_str());
+    }
 };
 
 }  // namespace heapsnap::test

@@ -19,6 +19,8 @@ namespace {
 
 constexpr uint64_t kStart = 1000;  // process start, ns
 constexpr uint64_t us(uint64_t n) { return kStart + n * 1000; }
+// LogBuilder's process starts at 1 ms; the log counts time in microseconds.
+constexpr uint64_t log_us(uint64_t n) { return 1000000 + n * 1000; }
 
 AllocEvent alloc(uint64_t t, uint32_t thread, uint64_t addr, uint64_t size, uint32_t stack,
                  hslog::AllocFn fn = hslog::AllocFn::Malloc) {
@@ -55,16 +57,16 @@ void feed(HistoryReplay& r) {
     r.on_stack(1, std::span<const StackFrame>(&f1, 1));
     r.on_stack(2, std::span<const StackFrame>(&f2, 1));
     r.on_stack(3, std::span<const StackFrame>(&f3, 1));
-    r.on_alloc(alloc(us(1), 0, 0xa000, 100, 1));     // 1 A
-    r.on_free(free_of(us(2), 0, 0xa000));             // 2 A freed: temporary
-    r.on_alloc(alloc(us(3), 0, 0xb000, 200000, 2));  // 3 B, large
-    r.on_alloc(alloc(us(4), 0, 0xc000, 10, 3));      // 4 C
-    r.on_free(free_of(us(5), 0, 0xc000));             // 5 realloc(C): its Free ...
+    r.on_alloc(alloc(us(1), 0, 0xa000, 100, 1));                          // 1 A
+    r.on_free(free_of(us(2), 0, 0xa000));                                 // 2 A freed: temporary
+    r.on_alloc(alloc(us(3), 0, 0xb000, 200000, 2));                       // 3 B, large
+    r.on_alloc(alloc(us(4), 0, 0xc000, 10, 3));                           // 4 C
+    r.on_free(free_of(us(5), 0, 0xc000));                                 // 5 realloc(C): its Free ...
     r.on_alloc(alloc(us(6), 0, 0xc000, 20, 3, hslog::AllocFn::Realloc));  // 6 ... and Alloc: D
-    r.on_alloc(alloc(us(7), 1, 0xe000, 64, 1));      // 7 E on thread 1: the peak, 200084 bytes
-    r.on_alloc(alloc(us(8), 0, 0xf000, 0, 1));       // 8 F, empty
-    r.on_free(free_of(us(9), 1, 0xe000));             // 9 E freed: temporary
-    r.on_free(free_of(us(10), 0, 0xb000));            // 10 B freed, not temporary
+    r.on_alloc(alloc(us(7), 1, 0xe000, 64, 1));                           // 7 E on thread 1: the peak, 200084 bytes
+    r.on_alloc(alloc(us(8), 0, 0xf000, 0, 1));                            // 8 F, empty
+    r.on_free(free_of(us(9), 1, 0xe000));                                 // 9 E freed: temporary
+    r.on_free(free_of(us(10), 0, 0xb000));                                // 10 B freed, not temporary
 }
 
 }  // namespace
@@ -185,7 +187,8 @@ Snapshot report_snapshot() {
     auto add = [&](uint32_t stack, std::vector<StackFrame> frames, EntryKind kind, uint64_t bytes, uint64_t blocks,
                    uint64_t oldest_s, uint64_t newest_s) {
         s.stacks[stack] = frames;
-        s.entries.push_back(SnapshotEntry{stack, kind, bytes, blocks, oldest_s * 1000000000ull, newest_s * 1000000000ull});
+        s.entries.push_back(
+            SnapshotEntry{stack, kind, bytes, blocks, oldest_s * 1000000000ull, newest_s * 1000000000ull});
         if (kind == EntryKind::Heap) {
             s.totals.live_bytes += bytes;
             s.totals.live_blocks += blocks;
@@ -194,7 +197,7 @@ Snapshot report_snapshot() {
             s.totals.mmap_regions += blocks;
         }
     };
-    add(1, {{2, 0x100}, {1, 0x10}, {1, 0x20}}, EntryKind::Heap, 3000, 3, 1, 4);  // via libc, in app+0x10
+    add(1, {{2, 0x100}, {1, 0x10}, {1, 0x20}}, EntryKind::Heap, 3000, 3, 1, 4);   // via libc, in app+0x10
     add(2, {{2, 0x100}, {1, 0x10}, {1, 0x30}}, EntryKind::Heap, 1000, 10, 2, 3);  // same function, other caller
     add(3, {{1, 0x40}}, EntryKind::Heap, 5000, 1, 3, 3);
     add(4, {{1, 0x50}}, EntryKind::Mmap, 8192, 2, 1, 2);
@@ -266,6 +269,9 @@ TEST_CASE("report of a snapshot: orders, allocating functions and modules, ages"
     CHECK(j["sites_by_bytes"][1]["age_oldest_s"] == doctest::Approx(2.0));  // allocated at 3 s, moment at 5 s
     CHECK(j["sites_by_bytes"][1]["allocations"].is_null());
     CHECK(j["sites_by_bytes"][1]["frames"][0]["offset"] == 0x40);
+    REQUIRE(j["sites_by_blocks"].size() == 2);
+    CHECK(j["sites_by_blocks"][0]["frames"][0]["offset"] == 0x60);
+    CHECK(j["sites_by_blocks"][1]["frames"][0]["offset"] == 0x100);
     CHECK(j["functions"][1]["frame"]["module"] == "[jit]");
     CHECK(j["functions"][1]["sites"] == 1);
     CHECK(j["sizes"].is_null());
@@ -305,21 +311,21 @@ TEST_CASE("report of a snapshot: orders, allocating functions and modules, ages"
 
 TEST_CASE("report of a log: sizes, peak sites, temporaries per site, rate") {
     LogBuilder b;
-    b.process();  // start 1000 ns
+    b.process();
     b.module(1, "[jit]", 0);
     b.stack(1, {{1, 0x10}});
     b.stack(2, {{1, 0x20}});
     b.stack(3, {{1, 0x30}});
     b.thread(0);
-    b.alloc(us(1), 0xa000, 100, 1);
-    b.free_(us(2), 0xa000);  // temporary
-    b.alloc(us(3), 0xb000, 300000, 2);
-    b.alloc(us(4), 0xc000, 40, 3);
-    b.alloc(us(5), 0xd000, 40, 3);
-    b.free_(us(6), 0xb000);  // not temporary: 0xd000 came after it
-    b.marker(us(7), 1, "A");
-    b.alloc(us(8), 0xe000, 1, 1);
-    b.marker(us(9), 2, "exit", hslog::MarkerCause::Exit);
+    b.alloc(log_us(1), 0xa000, 100, 1);
+    b.free_(log_us(2), 0xa000);  // temporary
+    b.alloc(log_us(3), 0xb000, 300000, 2);
+    b.alloc(log_us(4), 0xc000, 40, 3);
+    b.alloc(log_us(5), 0xd000, 40, 3);
+    b.free_(log_us(6), 0xb000);  // not temporary: 0xd000 came after it
+    b.marker(log_us(7), 1, "A");
+    b.alloc(log_us(8), 0xe000, 1, 1);
+    b.marker(log_us(9), 2, "exit", hslog::MarkerCause::Exit);
     b.frame();
     TempFile f{b.write()};
     TempFile checkpoint{f.path + ".checkpoint"};

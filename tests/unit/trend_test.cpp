@@ -144,7 +144,8 @@ TEST_CASE("trend: only the leak is flagged; the cache and the noise rank below i
           "[jit]+0x99;[jit]+0x20 8192\n");
 
     std::string text = render_trend_text(ms, t, true, false);
-    CHECK(text.find("heapsnap trend: 5 moments, 4 call sites changed, 2 flagged as leaking (confidence >= 0.75)\n") == 0);
+    CHECK(text.find("heapsnap trend: 5 moments, 4 call sites changed, 2 flagged as leaking (confidence >= 0.75)\n") ==
+          0);
     CHECK(text.find("LEAK  confidence 1.00       +4000 (+40 blocks)  heap  monotonic\n"
                     "      live: 1000 -> 2000 -> 3000 -> 4000 -> 5000\n") != std::string::npos);
     CHECK(text.find("      confidence 0.30       +8192 (+8 blocks)  heap  monotonic\n") != std::string::npos);
@@ -166,9 +167,9 @@ TEST_CASE("trend: --top, --min-bytes, grouping by module") {
     by_module.group_by = GroupBy::Module;
     TrendResult m = trend(ms, by_module, sym);
     REQUIRE(m.entries.size() == 1);  // everything is in [jit]
-    CHECK(m.entries[0].series ==
-          std::vector<uint64_t>{1000 + 0 + 10240 + 777 + 10, 2000 + 4096 + 12288 + 777 + 20, 3000 + 8192 + 9216 + 777 + 30,
-                                4000 + 8192 + 13312 + 777 + 40, 5000 + 8192 + 10240 + 777 + 50});
+    CHECK(m.entries[0].series == std::vector<uint64_t>{1000 + 0 + 10240 + 777 + 10, 2000 + 4096 + 12288 + 777 + 20,
+                                                       3000 + 8192 + 9216 + 777 + 30, 4000 + 8192 + 13312 + 777 + 40,
+                                                       5000 + 8192 + 10240 + 777 + 50});
 }
 
 TEST_CASE("trend: a moment after an idle step (same process, same events) does not weaken a leak") {
