@@ -114,6 +114,7 @@ void setup_dump(CLI::App& app, Action& action) {
     auto log = std::make_shared<std::string>();
     CLI::App* sub = app.add_subcommand("dump", "Print every record of a log, one per line");
     sub->add_option("log", *log, "The .hslog file")->required();
+    sub->footer("Example:\n  heapsnap dump app.hslog | grep '^alloc' | head");
     sub->callback([log, &action] { action = [log] { return dump(*log); }; });
 }
 

@@ -48,7 +48,7 @@ int maps(const MapsOptions& o) {
         nlohmann::json doc = addrspace::to_json(summary);
         doc["format"] = "heapsnap-maps";
         doc["version"] = 1;
-        std::cout << doc.dump(2) << "\n";
+        std::cout << json_text(doc) << "\n";
     } else {
         std::cout << addrspace::render_text(summary, stdout_wants_color());
     }
@@ -62,6 +62,7 @@ void setup_maps(CLI::App& app, Action& action) {
     CLI::App* sub = app.add_subcommand("maps", "Address-space summary of a process or a snapshot (!address -summary)");
     sub->add_option("target", o->target, "PID, .hsnap file, or LOG@MARKER")->required();
     sub->add_option("--format", o->format, "text or json")->check(CLI::IsMember({"text", "json"}))->default_val("text");
+    sub->footer("Examples:\n  heapsnap maps 4242\n  heapsnap maps b.hsnap --format json\n  heapsnap maps app.hslog@exit");
     sub->callback([o, &action] { action = [o] { return maps(*o); }; });
 }
 

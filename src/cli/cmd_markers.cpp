@@ -44,7 +44,7 @@ int markers(const MarkersOptions& o) {
                               {"complete", listing.complete},
                               {"truncated", listing.truncated},
                               {"markers", std::move(rows)}};
-        std::cout << doc.dump(2) << "\n";
+        std::cout << json_text(doc) << "\n";
     } else {
         auto size = [&](uint64_t v) { return o.bytes ? std::to_string(v) : human_bytes(v); };
         std::cout << fmt::format("{:>4}  {:>10}  {:<20}  {:>12}  {:>11}  {:>12}  {:>12}  {:>7}\n", "#", "time (s)",
@@ -67,6 +67,7 @@ void setup_markers(CLI::App& app, Action& action) {
     sub->add_option("log", o->log, "The .hslog file")->required();
     sub->add_option("--format", o->format, "text or json")->check(CLI::IsMember({"text", "json"}))->default_val("text");
     sub->add_flag("--bytes", o->bytes, "Exact byte counts instead of human-readable sizes");
+    sub->footer("Examples:\n  heapsnap markers app.hslog\n  heapsnap markers app.hslog --format json | jq '.markers[] | {label, live_bytes}'");
     sub->callback([o, &action] { action = [o] { return markers(*o); }; });
 }
 
