@@ -3,10 +3,12 @@ alloc_pattern, whose every call and live byte is known (alloc_pattern.c)."""
 
 import collections
 import os
+import re
+import shutil
 import stat
 import time
 
-from harness import PAGE, PRELOAD, Growth, HeapsnapTest, main, program
+from harness import HEAPSNAP, PAGE, PRELOAD, Growth, HeapsnapTest, main, program
 
 # alloc_pattern.c, live at exit.
 LIVE_BYTES = 20348
@@ -188,6 +190,35 @@ class RunTest(HeapsnapTest):
         self.assertEqual(result.stderr, "")
         result = self.run_cmd([program("growth")], input="mark A\nquit\n", expect=0)
         self.assertEqual(result.stdout.splitlines()[1:], ["marked A 0", "bye"])
+
+
+class HeaptrackAgreementTest(HeapsnapTest):
+    """The issue's acceptance check: for Debian's python3 printing 1, the
+    exit marker's live blocks are heaptrack's leaked allocations, and its
+    live bytes heaptrack's leaked plus suppressed bytes (which heaptrack_print
+    rounds to three digits)."""
+
+    @staticmethod
+    def parse_size(text):
+        m = re.match(r"([0-9.]+)([KMG]?)B?$", text.strip())
+        return float(m.group(1)) * {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}[m.group(2)]
+
+    def test_python_print_agrees_with_heaptrack(self):
+        if not shutil.which("heaptrack") or not os.path.exists("/usr/bin/python3"):
+            self.skipTest("heaptrack or /usr/bin/python3 not installed")
+        env = {"PYTHONMALLOC": "malloc", "PYTHONHASHSEED": "0"}
+        cmd = ["/usr/bin/python3", "-c", "print(1)"]
+        result = self.run_cmd([HEAPSNAP, "run", "--"] + cmd, expect=0, env=env)
+        exit_marker = self.marker(self.logs_of(result.stderr)[0], "exit")
+        traced = self.run_cmd(["heaptrack", "-o", self.path("ht")] + cmd, expect=0, env=env)
+        leaked_allocations = int(re.search(r"leaked allocations:\s+(\d+)", traced.stdout + traced.stderr).group(1))
+        self.assertEqual(exit_marker["live_blocks"], leaked_allocations)
+        data = [f for f in os.listdir(self.tmp) if f.startswith("ht")][0]
+        printed = self.run_cmd(["heaptrack_print", "-f", self.path(data)], expect=0).stdout
+        leaked = self.parse_size(re.search(r"total memory leaked: (\S+)", printed).group(1))
+        suppressed = re.search(r"suppressed leaks: (\S+)", printed)
+        leaked += self.parse_size(suppressed.group(1)) if suppressed else 0
+        self.assertAlmostEqual(exit_marker["live_bytes"], leaked, delta=max(5, leaked * 0.001))
 
 
 if __name__ == "__main__":
