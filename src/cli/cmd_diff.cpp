@@ -128,7 +128,7 @@ int run_trend(const DiffCliOptions& o) {
     for (const std::string& w : result.warnings) warn(w);
     bool color = o.color == "always" || (o.color == "auto" && stdout_wants_color());
     if (o.format == "json") {
-        std::cout << trend_to_json(moments, result).dump(2) << "\n";
+        std::cout << json_text(trend_to_json(moments, result)) << "\n";
     } else if (o.format == "csv") {
         std::cout << render_trend_csv(moments, result);
     } else if (o.format == "folded") {
@@ -180,7 +180,7 @@ int run_diff(const DiffCliOptions& o) {
     for (const std::string& w : result.warnings) warn(w);
     bool color = o.color == "always" || (o.color == "auto" && stdout_wants_color());
     if (o.format == "json")
-        std::cout << diff_to_json(a, b, result).dump(2) << "\n";
+        std::cout << json_text(diff_to_json(a, b, result)) << "\n";
     else if (o.format == "csv")
         std::cout << render_diff_csv(result);
     else if (o.format == "folded")
@@ -245,7 +245,10 @@ void setup_diff(CLI::App& app, Action& action) {
     sub->callback([o, &action] {
         std::string log;
         bool trend = !o->more.empty() || is_every_marker(o->old_arg, &log) || is_every_marker(o->new_arg, &log);
-        if (o->new_arg.empty() && !trend) throw CLI::RequiredError("new");
+        // A LOG@* whose LOG does not exist is still meant as a trend: let
+        // the run say which file is missing instead of "new is required".
+        bool every = o->old_arg.size() > 2 && o->old_arg.compare(o->old_arg.size() - 2, 2, "@*") == 0;
+        if (o->new_arg.empty() && !trend && !every) throw CLI::RequiredError("new");
         if (o->fail_on_leak_confidence >= 0 && !trend)
             throw CLI::ValidationError("--fail-on-leak-confidence",
                                        "needs a trend: three or more moments, or LOG@* (every marker of a log)");

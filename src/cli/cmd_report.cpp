@@ -59,6 +59,8 @@ int run_report(const ReportCliOptions& o) {
         moment_text = "exit";
     } else if (access(o.target.c_str(), R_OK) == 0) {
         throw Error(o.target + ": neither a heapsnap log nor a snapshot");
+    } else if (size_t at = o.target.rfind('@'); at != std::string::npos && at > 0) {
+        moment = read_snapshot(o.target.substr(0, at));  // LOG@MARKER: name the missing file
     } else {
         moment = read_snapshot(o.target);  // says why it cannot be read
     }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <functional>
 #include <string>
@@ -26,6 +27,11 @@ void setup_dump(CLI::App& app, Action& action);
 void setup_markers(CLI::App& app, Action& action);
 void setup_maps(CLI::App& app, Action& action);
 void setup_report(CLI::App& app, Action& action);
+
+// A JSON document as printed: indented by 2, and with bytes that are not
+// UTF-8 (a marker label, a path or an argument of the traced program may
+// hold any bytes) replaced by U+FFFD instead of failing the command.
+std::string json_text(const nlohmann::json& doc);
 
 // Colour on stdout: a terminal, and NO_COLOR unset.
 bool stdout_wants_color();

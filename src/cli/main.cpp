@@ -20,6 +20,10 @@ bool stdout_wants_color() {
 
 void warn(const std::string& text) { std::cerr << "heapsnap: warning: " << text << "\n"; }
 
+std::string json_text(const nlohmann::json& doc) {
+    return doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 }  // namespace heapsnap::cli
 
 int main(int argc, char** argv) {

@@ -13,6 +13,8 @@
 
 #include <zstd.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -70,6 +72,12 @@ inline std::vector<uint8_t> wrap(const char* magic, uint32_t version, const uint
     if (ZSTD_isError(n)) std::abort();
     out.resize(16 + n);
     return out;
+}
+
+// A JSON document as the CLI prints it (cli::json_text): invalid UTF-8
+// replaced, never an exception.
+inline std::string as_printed(const nlohmann::json& doc) {
+    return doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // A directory of our own for files the targets write.

@@ -67,7 +67,7 @@ void moments(const std::string& log) {
     if (taken.size() >= 2) {
         DiffResult d = diff(taken.front(), taken.back(), DiffOptions{}, symbolizer());
         render_diff_text(taken.front(), taken.back(), d, false);
-        diff_to_json(taken.front(), taken.back(), d).dump();
+        fuzz::as_printed(diff_to_json(taken.front(), taken.back(), d));
         render_diff_csv(d);
     }
     snapshot_every_marker(log);

@@ -55,17 +55,17 @@ void use(const Snapshot& s) {
             options.group_by = by;
             DiffResult d = diff(*old_snap, s, options, symbolizer());
             render_diff_text(*old_snap, s, d, false);
-            diff_to_json(*old_snap, s, d).dump();
+            fuzz::as_printed(diff_to_json(*old_snap, s, d));
             render_diff_csv(d);
         }
     }
     addrspace::AddressSpaceSummary summary = summarize_snapshot(s);
     addrspace::render_text(summary, false);
-    addrspace::to_json(summary).dump();
+    fuzz::as_printed(addrspace::to_json(summary));
     Report r = build_report(s, nullptr, ReportOptions{}, symbolizer());
     ReportRender how;
     render_report_text(s, r, how);
-    report_to_json(s, r, 10).dump();
+    fuzz::as_printed(report_to_json(s, r, 10));
 }
 
 }  // namespace

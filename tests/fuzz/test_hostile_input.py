@@ -1,0 +1,237 @@
+"""Hand-made bad input (tests/fuzz/hostile_inputs.cpp writes it) through
+the real CLI: every command that reads the file fails with exit status 1
+and one line 'heapsnap: error: ...' saying what is wrong, or, where the
+input is odd but legal, succeeds with a warning. Never a crash, a hang or
+an unbounded allocation: each command runs under a 2 GiB address-space
+limit and a timeout.
+
+The same kinds of input, mutated at random, are what tools/fuzz feeds the
+decoders (tests/fuzz/fuzz_*.cpp); the inputs it once found are replayed by
+the fuzz-corpus-* tests.
+"""
+
+import json
+import os
+import resource
+import subprocess
+import tempfile
+
+from harness import HEAPSNAP, HeapsnapTest, main, program
+
+HOSTILE_INPUTS = os.environ.get("HOSTILE_INPUTS", "")
+MEMORY_LIMIT = 2 << 30
+TIMEOUT = 60
+
+# Log files and the error each reader gives. Cut-* files end one byte early
+# inside a record of that kind, in a frame whose checksum is right.
+LOG_ERRORS = {
+    "empty.hslog": "not a heapsnap log (bad magic)",
+    "bad-magic.hslog": "not a heapsnap log (bad magic)",
+    "short-header.hslog": "truncated heapsnap log: the header is incomplete",
+    "newer-version.hslog": "unsupported log format version 2 (this heapsnap reads version 1)",
+    "version-max.hslog": "unsupported log format version 4294967295",
+    "header-only.hslog": "truncated heapsnap log: no complete frame",
+    "unknown-tag.hslog": "corrupt log: unknown record tag 85",
+    "no-process-first.hslog": "corrupt log: no process record first",
+    "second-process.hslog": "corrupt log: a second process record",
+    "huge-frame-count.hslog": "corrupt log: truncated or malformed record in the frame at byte 16",
+    "huge-region-count.hslog": "corrupt log: truncated or malformed record in the frame at byte 16",
+    "huge-string.hslog": "corrupt log: truncated or malformed record in the frame at byte 16",
+    "huge-stack-id.hslog": "corrupt log: truncated or malformed record in the frame at byte 16",
+    "undefined-stack.hslog": "corrupt log: truncated or malformed record in the frame at byte 16",
+    "alloc-at-null.hslog": "corrupt log: truncated or malformed record in the frame at byte 16",
+    "frame-huge-size.hslog": "corrupt log: bad frame header at byte",
+    "frame-no-size.hslog": "corrupt log: bad frame header at byte",
+}
+RECORD_KINDS = ["process", "module", "stack", "thread", "thread-start", "marker", "alloc", "free", "mmap", "munmap",
+                "thread-exit", "module-unload", "exit-marker", "end"]
+for kind in RECORD_KINDS:
+    LOG_ERRORS["cut-%s.hslog" % kind] = "corrupt log: truncated or malformed record in the frame at byte 16"
+
+SNAPSHOT_ERRORS = {
+    "empty.hsnap": "not a heapsnap snapshot (bad magic)",
+    "bad-magic.hsnap": "not a heapsnap snapshot (bad magic)",
+    "short-header.hsnap": "truncated snapshot: the header is incomplete",
+    "newer-version.hsnap": "unsupported snapshot format version 2",
+    "cut-frame.hsnap": "truncated snapshot",
+    "trailing-bytes.hsnap": "corrupt snapshot: trailing bytes after the body",
+    "bad-checksum.hsnap": "corrupt snapshot: body does not decompress",
+    "cut-body.hsnap": "corrupt snapshot: malformed body",
+    "body-trailing.hsnap": "corrupt snapshot: malformed body",
+    "huge-module-count.hsnap": "corrupt snapshot: malformed body",
+    "huge-region-count.hsnap": "corrupt snapshot: malformed body",
+    "entry-unknown-stack.hsnap": "corrupt snapshot: entry names unknown stack 77",
+    "entry-bad-kind.hsnap": "corrupt snapshot: malformed body",
+}
+
+
+def limited():
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+class HostileInputTest(HeapsnapTest):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.inputs = tempfile.mkdtemp(prefix="heapsnap-hostile-")
+        # alloc_pattern: a real ELF with a build-id, for the build-id cases.
+        subprocess.run([HOSTILE_INPUTS, cls.inputs, program("alloc_pattern")], check=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        if not os.environ.get("HEAPSNAP_KEEP_TMP"):
+            subprocess.run(["rm", "-rf", cls.inputs])
+
+    def input(self, name):
+        return os.path.join(self.inputs, name)
+
+    def run_limited(self, args):
+        """heapsnap ARGS with 2 GiB of address space and a timeout."""
+        try:
+            return subprocess.run([HEAPSNAP] + args, cwd=self.tmp, capture_output=True, text=True,
+                                  errors="replace", timeout=TIMEOUT, preexec_fn=limited)
+        except subprocess.TimeoutExpired:
+            self.fail("heapsnap %s hung (more than %d s)" % (" ".join(args), TIMEOUT))
+
+    def assert_fails(self, args, needle, streams=False):
+        r = self.run_limited(args)
+        what = "heapsnap %s" % " ".join(args)
+        self.assertEqual(r.returncode, 1, "%s: status %d\nstderr: %s" % (what, r.returncode, r.stderr))
+        if not streams:
+            self.assertEqual(r.stdout, "", what)
+        lines = r.stderr.strip("\n").splitlines()
+        self.assertEqual(len(lines), 1, "%s: expected one error line:\n%s" % (what, r.stderr))
+        self.assertTrue(lines[0].startswith("heapsnap: error: "), "%s: %s" % (what, r.stderr))
+        self.assertIn(needle, lines[0], what)
+
+    def assert_succeeds(self, args):
+        r = self.run_limited(args)
+        self.assertEqual(r.returncode, 0, "heapsnap %s: status %d\nstderr: %s" % (" ".join(args), r.returncode,
+                                                                                   r.stderr))
+        self.assertNotIn("error", r.stderr)
+        return r
+
+    # ---- logs -----------------------------------------------------------------
+
+    def test_every_reader_rejects_bad_logs(self):
+        out = self.path("x.hsnap")
+        for name, needle in sorted(LOG_ERRORS.items()):
+            path = self.input(name)
+            with self.subTest(log=name):
+                # Whatever reads the whole log meets the defect.
+                self.assert_fails(["markers", path], needle)
+                self.assert_fails(["markers", path, "--format", "json"], needle)
+                self.assert_fails(["snapshot", path, "--at", "end", "-o", out], needle)
+                self.assert_fails(["snapshot", path, "--at", "peak", "-o", out], needle)
+                self.assert_fails(["dump", path], needle, streams=True)
+                self.assertFalse(os.path.exists(out), "a failed snapshot left a file")
+                # A moment before the defect (only the End record lies past
+                # the exit marker) reads fine: the reader stops there.
+                if name == "cut-end.hslog":
+                    self.assert_succeeds(["snapshot", path, "--at", "exit", "-o", out])
+                    self.assert_succeeds(["diff", path + "@1", path + "@exit"])
+                    os.unlink(out)
+                    continue
+                self.assert_fails(["snapshot", path, "--at", "exit", "-o", out], needle)
+                self.assert_fails(["diff", path + "@1", path + "@exit"], needle)
+                self.assert_fails(["report", path + "@exit"], needle)
+                self.assertFalse(os.path.exists(out), "a failed snapshot left a file")
+
+    def test_good_log_reads(self):
+        """The cases above are one defect away from this well-formed log."""
+        good = self.input("good.hslog")
+        markers = self.markers(good)
+        self.assertTrue(markers["complete"])
+        self.assertEqual([(m["label"], m["live_bytes"], m["live_blocks"]) for m in markers["markers"]],
+                         [("A", 0, 0), ("exit", 300, 2)])
+        diff = self.diff(good + "@A", good + "@exit")
+        self.assertEqual((diff["total"]["bytes_delta"], diff["total"]["blocks_delta"]), (300 + 4096, 3))
+
+    def test_missing_marker(self):
+        good = self.input("good.hslog")
+        self.assert_fails(["diff", good + "@nosuch", good + "@exit"], 'no marker "nosuch"; markers: 1 "A" 2 "exit"')
+        self.assert_fails(["snapshot", good, "--at", "3", "-o", self.path("x.hsnap")], 'no marker "3"')
+        self.assert_fails(["diff", good + "@A", self.input("nosuch.hslog") + "@exit"], "No such file or directory")
+
+    def test_far_thread_index(self):
+        """A thread index near 2^32 is legal (a fork child keeps its
+        parent's numbering): every reader copes, in bounded memory."""
+        log = self.input("far-thread-index.hslog")
+        self.assert_succeeds(["markers", log])
+        self.assert_succeeds(["snapshot", log, "--at", "peak", "-o", self.path("peak.hsnap")])
+        self.assert_succeeds(["report", log + "@exit"])
+        self.assert_succeeds(["diff", log + "@A", log + "@exit"])
+
+    def test_stack_in_unknown_module(self):
+        """A frame naming a module the log never loaded shows as an address,
+        and everything else still symbolizes as it can."""
+        log = self.input("unknown-module.hslog")
+        r = self.assert_succeeds(["diff", log + "@A", log + "@exit", "--format", "json"])
+        diff = json.loads(r.stdout)
+        orphan = [e for e in diff["entries"] if e["bytes_delta"] == 200]
+        self.assertEqual(len(orphan), 1, diff["entries"])
+        self.assertEqual([(f["function"], f["offset"]) for f in orphan[0]["frames"]], [(None, 0x2222)])
+
+    def test_mismatched_build_id(self):
+        """The recorded build-id differs from the file's: no names at all
+        from that file (never a wrong one), and one warning saying why."""
+        log = self.input("mismatched-build-id.hslog")
+        r = self.assert_succeeds(["diff", log + "@A", log + "@exit", "--format", "json"])
+        diff = json.loads(r.stdout)
+        self.assertTrue(diff["entries"])
+        for e in diff["entries"]:
+            for f in e["frames"]:
+                self.assertIsNone(f["function"], e)
+        warnings = [line for line in r.stderr.splitlines() if "build-id mismatch" in line]
+        self.assertEqual(len(warnings), 1, r.stderr)
+        self.assertTrue(warnings[0].startswith("heapsnap: warning: " + program("alloc_pattern")), warnings)
+        matching = self.input("matching-build-id.hslog")
+        r = self.assert_succeeds(["diff", matching + "@A", matching + "@exit"])
+        self.assertNotIn("build-id mismatch", r.stderr)
+
+    # ---- snapshots ------------------------------------------------------------
+
+    def test_every_reader_rejects_bad_snapshots(self):
+        good = self.input("good.hsnap")
+        for name, needle in sorted(SNAPSHOT_ERRORS.items()):
+            path = self.input(name)
+            with self.subTest(snapshot=name):
+                self.assert_fails(["diff", path, good], needle)
+                self.assert_fails(["diff", good, path], needle)
+                self.assert_fails(["diff", good, good, path], needle)
+                self.assert_fails(["maps", path], needle)
+                # report takes a log or a snapshot, and says so when it is neither.
+                report_needle = "neither a heapsnap log nor a snapshot" if "magic" in needle else needle
+                self.assert_fails(["report", path], report_needle)
+
+    def test_snapshots_of_different_programs(self):
+        """Allowed, with a clear warning: two builds of one program may
+        differ in name."""
+        a, b = self.input("good.hsnap"), self.input("other-program.hsnap")
+        r = self.assert_succeeds(["diff", a, b, "--format", "json"])
+        diff = json.loads(r.stdout)
+        self.assertEqual((diff["old"]["exe"], diff["new"]["exe"]), ("/nonexistent/hostile-app", "/nonexistent/another-app"))
+        warnings = [line for line in r.stderr.splitlines() if "different programs" in line]
+        self.assertEqual(warnings, ["heapsnap: warning: the snapshots are of different programs "
+                                    "(/nonexistent/hostile-app and /nonexistent/another-app)"])
+        self.assertIn("different programs", " ".join(diff.get("warnings", [])))
+
+    def test_not_utf8(self):
+        """Labels, paths and arguments are bytes: a marker labelled in
+        Latin-1 still lists, snapshots and diffs as JSON (U+FFFD)."""
+        growth = subprocess.run([HEAPSNAP, "run", "-o", self.path("latin1.hslog"), "--", program("growth")],
+                                input=b"phase1\nmark caf\xe9\nphase2\nquit\n", capture_output=True, timeout=TIMEOUT)
+        self.assertEqual(growth.returncode, 0, growth.stderr)
+        log = self.path("latin1.hslog")
+        markers = self.markers(log)
+        self.assertEqual([m["label"] for m in markers["markers"]], ["caf\ufffd", "exit"])
+        diff = self.diff(log + "@1", log + "@exit")
+        self.assertEqual(diff["old"]["label"], "caf\ufffd")
+        snap = self.snapshot(log, "--at", "1", "-o", self.path("latin1.hsnap"))
+        self.json_of("maps", snap, "--format", "json")
+        self.json_of("diff", snap, log + "@exit", "--format", "json")
+
+
+if __name__ == "__main__":
+    main()
