@@ -7,7 +7,6 @@ header comment of tests/programs/trend.c."""
 import csv
 import io
 import os
-import unittest
 import xml.etree.ElementTree as ET
 
 from harness import HeapsnapTest, main, site_line
