@@ -7,7 +7,10 @@
 //     (thread_buffer.h);
 //   - nothing is recorded while thread_state().internal is set: the
 //     recorder's own allocations (libunwind caches, pthread internals) are
-//     not the program's.
+//     not the program's. A signal handler that allocates while its thread
+//     is inside the unwinder is not recorded either (it cannot be told
+//     apart, and libunwind is not reentrant); one that interrupts any other
+//     part of a hook is recorded normally (thread_buffer.h).
 //
 // dlopen/dlclose are observed, not interposed: glibc resolves $ORIGIN and
 // RUNPATH from dlopen's caller, and a wrapper would make the caller this
