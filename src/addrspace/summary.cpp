@@ -325,11 +325,17 @@ AddressSpaceSummary summarize(const SummaryInputs& in) {
     std::vector<Category> cat = classify(in);
     std::vector<size_t> order = address_order(in.regions);
 
+    std::map<std::string, CategoryStats> images;
+    std::string last_image;  // a .bss (anonymous Image region) belongs to the image before it
     for (size_t i : order) {
         const MapRegion& r = in.regions[i];
         Category c = cat[i];
         uint64_t size = r.end - r.start;
         add_region(s.categories[idx(c)], r);
+        if (c == Category::Image) {
+            if (!r.path.empty()) last_image = r.path;
+            add_region(images[r.path.empty() ? last_image : r.path], r);
+        }
         add_region(s.types[static_cast<size_t>(type_of(c))], r);
         if (is_prot_none(r)) {
             add_region(s.reserved, r);
@@ -340,6 +346,11 @@ AddressSpaceSummary summarize(const SummaryInputs& in) {
         LargestRegion& big = s.largest[idx(c)];
         if (!big.present || size > big.size_bytes) big = {true, r.start, size, r.path};
     }
+
+    for (auto& [path, stats] : images) s.images.push_back(ImageUsage{path, stats});
+    std::stable_sort(s.images.begin(), s.images.end(), [](const ImageUsage& a, const ImageUsage& b) {
+        return a.stats.size_bytes > b.stats.size_bytes;
+    });
 
     // Free: the largest hole between regions in user space.
     uint64_t covered_to = 0;
@@ -423,6 +434,20 @@ std::string render_text(const AddressSpaceSummary& s, bool color) {
     out += '\n';
     out += render_table(largest, color, {3});
 
+    if (!s.images.empty()) {
+        constexpr size_t kImagesShown = 10;
+        std::vector<Row> images = {{{"Image"}, {"Regions"}, {"Size"}, {"Rss"}, {"Private_Dirty"}}};
+        for (size_t i = 0; i < s.images.size() && i < kImagesShown; ++i) {
+            const ImageUsage& m = s.images[i];
+            images.push_back({{m.path}, {std::to_string(m.stats.regions)}, {human_bytes(m.stats.size_bytes)},
+                              {human_bytes(m.stats.rss_bytes)}, {human_bytes(m.stats.private_dirty_bytes)}});
+        }
+        if (s.images.size() > kImagesShown)
+            images.push_back({{fmt::format("({} more in --format json)", s.images.size() - kImagesShown)}});
+        out += '\n';
+        out += render_table(images, color, {});
+    }
+
     std::vector<Row> rec;
     rec.push_back({{"Reconciliation"}});
     if (s.tracked)
@@ -469,6 +494,13 @@ nlohmann::json to_json(const AddressSpaceSummary& s) {
     }
     j["categories"] = cats;
     j["largest"] = largest;
+    nlohmann::json images = nlohmann::json::array();
+    for (const ImageUsage& m : s.images) {
+        nlohmann::json row = stats_json(m.stats);
+        row["path"] = m.path;
+        images.push_back(std::move(row));
+    }
+    j["images"] = std::move(images);
     j["busy_bytes"] = s.busy_bytes;
     nlohmann::json types = nlohmann::json::object();
     for (size_t t = 0; t < kRegionTypeCount; ++t)

@@ -137,11 +137,19 @@ struct LargestRegion {
     std::string path;
 };
 
+// One loaded image (ELF object) of the Image category: all its mappings,
+// and its .bss.
+struct ImageUsage {
+    std::string path;
+    CategoryStats stats;
+};
+
 struct AddressSpaceSummary {
     std::array<CategoryStats, kCategoryCount> categories{};  // indexed by Category
     std::array<uint64_t, kCategoryCount> committed_size{};   // accessible part of size_bytes
     std::array<LargestRegion, kCategoryCount> largest{};     // indexed by Category
     std::array<CategoryStats, kRegionTypeCount> types{};     // indexed by RegionType
+    std::vector<ImageUsage> images;  // the Image row per module, largest virtual size first
     CategoryStats committed;                                 // accessible regions
     CategoryStats reserved;                                  // PROT_NONE regions
     uint64_t busy_bytes = 0;                                 // virtual size of all categories but Free

@@ -82,6 +82,9 @@ class AddressSpaceTest(HeapsnapTest):
         self.assertEqual(data["format"], "heapsnap-maps")
         self.assertEqual(data["categories"]["MappedFile"]["size_bytes"] >= 2 * MIB, True)
         self.assertIn("Recorder", data["categories"])
+        # The Image row per module adds up to the row, and names the program.
+        self.assertEqual(sum(m["size_bytes"] for m in data["images"]), data["categories"]["Image"]["size_bytes"])
+        self.assertIn(program("addrspace"), [m["path"] for m in data["images"]])
         self.assertEqual(data["tracked_live_bytes"], self.marker(self.log, "E")["live_bytes"])
         text = self.heapsnap("maps", snap).stdout
         for row in CATEGORIES + ["Busy"]:

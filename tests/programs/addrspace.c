@@ -22,11 +22,15 @@
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t release = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t started_cond = PTHREAD_COND_INITIALIZER;
 static int released = 0;
+static int started = 0;
 
 static void* wait_thread(void* arg) {
     (void)arg;
     pthread_mutex_lock(&lock);
+    started++;
+    pthread_cond_signal(&started_cond);
     while (!released) pthread_cond_wait(&release, &lock);
     pthread_mutex_unlock(&lock);
     return NULL;
@@ -45,7 +49,10 @@ int main(int argc, char** argv) {
     heapsnap_marker("A");
     pthread_t threads[3];
     for (int i = 0; i < 3; ++i) pthread_create(&threads[i], NULL, wait_thread, NULL);
-    usleep(20000);
+    /* Every thread is running (and its start recorded) before B. */
+    pthread_mutex_lock(&lock);
+    while (started < 3) pthread_cond_wait(&started_cond, &lock);
+    pthread_mutex_unlock(&lock);
     heapsnap_marker("B");
 
     char* anon = mmap(NULL, 4 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
