@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -15,6 +16,7 @@ namespace {
 
 constexpr size_t kHeaderSize = 16;
 constexpr uint64_t kMaxBody = 1ull << 32;  // refuse to inflate more than 4 GiB
+constexpr uint64_t kFirstChunk = 1ull << 20;
 
 }  // namespace
 
@@ -65,9 +67,26 @@ std::vector<uint8_t> read_framed_file(const std::string& path, const FileKind& k
     }
     if (compressed != frame_size) throw Error(path + ": corrupt " + name + ": trailing bytes after the body");
     if (content == ZSTD_CONTENTSIZE_UNKNOWN || content > kMaxBody) throw Error(path + ": corrupt " + name + ": bad body size");
-    std::vector<uint8_t> body(content);
-    size_t got = ZSTD_decompress(body.data(), body.size(), frame, compressed);
-    if (ZSTD_isError(got) || got != content) throw Error(path + ": corrupt " + name + ": body does not decompress");
+    // The announced size is only a claim: a 33-byte file may announce 4 GiB.
+    // Decompress in steps and grow the buffer with what actually comes out.
+    std::unique_ptr<ZSTD_DCtx, decltype(&ZSTD_freeDCtx)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
+    std::vector<uint8_t> body(std::min<uint64_t>(content, kFirstChunk));
+    ZSTD_inBuffer in{frame, compressed, 0};
+    size_t got = 0;
+    for (;;) {
+        ZSTD_outBuffer out{body.data(), body.size(), got};
+        size_t left = ZSTD_decompressStream(dctx.get(), &out, &in);
+        got = out.pos;
+        if (ZSTD_isError(left)) throw Error(path + ": corrupt " + name + ": body does not decompress");
+        if (left == 0) break;  // the frame is complete, checksum verified
+        if (got == body.size()) {
+            if (body.size() == content) throw Error(path + ": corrupt " + name + ": body larger than announced");
+            body.resize(std::min<uint64_t>(content, body.size() * 2));
+        } else if (in.pos == in.size) {
+            throw Error(path + ": corrupt " + name + ": body does not decompress");
+        }
+    }
+    if (got != content) throw Error(path + ": corrupt " + name + ": body does not decompress");
     return body;
 }
 

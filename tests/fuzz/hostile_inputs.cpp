@@ -382,6 +382,11 @@ void snapshots() {
     newer[8]++;
     write("newer-version.hsnap", newer);
     write("cut-frame.hsnap", std::vector<uint8_t>(good.begin(), good.end() - 5));
+    // A complete frame announcing a body of 4 GiB - 1 that holds one byte.
+    std::vector<uint8_t> huge(good.begin(), good.begin() + 16);
+    std::vector<uint8_t> claim = {0x28, 0xb5, 0x2f, 0xfd, 0xe0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0x09, 0, 0, 0x7f};
+    huge.insert(huge.end(), claim.begin(), claim.end());
+    write("huge-body-size.hsnap", huge);
     std::vector<uint8_t> trailing = good;
     trailing.insert(trailing.end(), {'x', 'y', 'z'});
     write("trailing-bytes.hsnap", trailing);

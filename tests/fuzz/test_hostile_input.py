@@ -54,6 +54,7 @@ SNAPSHOT_ERRORS = {
     "short-header.hsnap": "truncated snapshot: the header is incomplete",
     "newer-version.hsnap": "unsupported snapshot format version 2",
     "cut-frame.hsnap": "truncated snapshot",
+    "huge-body-size.hsnap": "corrupt snapshot: body does not decompress",
     "trailing-bytes.hsnap": "corrupt snapshot: trailing bytes after the body",
     "bad-checksum.hsnap": "corrupt snapshot: body does not decompress",
     "cut-body.hsnap": "corrupt snapshot: malformed body",

@@ -410,6 +410,37 @@ class ControlChannelTest(HeapsnapTest):
         self.assertFalse(os.path.exists("/etc/evil-%d" % pid))
         self.assertEqual(sorted(os.listdir(self.tmp)), before, "the requests created files")
 
+    # Recorder bug "slow-client": the writer thread reads a request with a
+    # 1 s timeout per recv() and up to 511 recv()s, so a client of the same
+    # user that sends one byte a second holds the writer for minutes; the
+    # program then cannot even exit (the library destructor waits for the
+    # writer). Expected: the program exits promptly whatever a client does.
+    @unittest.expectedFailure
+    def test_slow_client_does_not_stall_the_program(self):
+        proc = subprocess.Popen([HEAPSNAP, "run", "--", program("growth")], cwd=self.tmp, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+        self.addCleanup(lambda: proc.poll() is None and (proc.kill(), proc.communicate()))
+        pid = int(proc.stdout.readline().strip().split("=")[1])
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect("\0heapsnap.%d" % pid)
+            time.sleep(0.2)  # the writer has accepted it
+            proc.stdin.write("quit\n")
+            proc.stdin.flush()
+            quit_at = time.monotonic()
+            ended = None
+            for _ in range(10):  # a byte every 0.6 s, never a newline
+                try:
+                    s.send(b"s")
+                except OSError:
+                    break
+                time.sleep(0.6)
+                if proc.poll() is not None:
+                    ended = time.monotonic() - quit_at
+                    break
+        proc.communicate(timeout=60)
+        self.assertIsNotNone(ended, "the program did not exit while a client dribbled its request")
+        self.assertLess(ended, 3.0)
+
 
 if __name__ == "__main__":
     main()
