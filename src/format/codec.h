@@ -53,12 +53,12 @@ public:
     }
     void bytes(const void* data, size_t n) {
         varint(n);
-        std::memcpy(pos_, data, n);
+        if (n) std::memcpy(pos_, data, n);  // data may be null when n is 0
         pos_ += n;
     }
     void str(std::string_view s) { bytes(s.data(), s.size()); }
     void raw(const void* data, size_t n) {
-        std::memcpy(pos_, data, n);
+        if (n) std::memcpy(pos_, data, n);
         pos_ += n;
     }
 

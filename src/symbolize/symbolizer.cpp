@@ -3,14 +3,19 @@
 #include "symbolize/symbolizer.h"
 
 #include <cxxabi.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <gelf.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <vector>
 #include <unordered_map>
@@ -316,8 +321,20 @@ void Symbolizer::Impl::open(const ModuleRef& ref, Module& module)
         warnings.push_back(ref.path + ": cannot start libdwfl: " + dwfl_error() + kFallbackNote);
         return;
     }
-    Dwfl_Module* elf = dwfl_report_elf(module.dwfl.get(), ref.path.c_str(), ref.path.c_str(), -1, 0, false);
+    // Opened here, not by libdwfl: a path from a log or snapshot may name a
+    // FIFO or a device (a hostile file, or a path reused since), whose
+    // open() or read() would block forever. Only regular files are ELF.
+    int fd = ::open(ref.path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        std::string why = fd < 0 ? std::strerror(errno) : "not a regular file";
+        if (fd >= 0) ::close(fd);
+        warnings.push_back(ref.path + ": cannot open: " + why + kFallbackNote);
+        return;
+    }
+    Dwfl_Module* elf = dwfl_report_elf(module.dwfl.get(), ref.path.c_str(), ref.path.c_str(), fd, 0, false);
     if (!elf) {
+        ::close(fd);  // libdwfl takes the descriptor only when it succeeds
         warnings.push_back(ref.path + ": cannot open: " + dwfl_error() + kFallbackNote);
         return;
     }

@@ -9,6 +9,7 @@
 // formats/hslog.md for the Process and Marker records, snapshot_file.h), so
 // everything but the one defect is well-formed: a reader must get past the
 // container and the checksums and meet the defect itself.
+#include <sys/stat.h>
 #include <zstd.h>
 
 #include <cstdio>
@@ -433,6 +434,13 @@ void snapshots() {
         m.varint(uint64_t{1} << 40);
         r.insert(r.end(), m.b.begin(), m.b.end());
         with_body("huge-region-count.hsnap", r);
+    }
+    // Its module is a FIFO (created below): opening it to symbolize would
+    // block for ever.
+    write_snapshot(g_dir + "/fifo-module.hsnap", small_snapshot(g_dir + "/fifo"));
+    if (mkfifo((g_dir + "/fifo").c_str(), 0600) != 0) {
+        std::perror("mkfifo");
+        std::exit(1);
     }
     Snapshot unknown = small_snapshot("/nonexistent/hostile-app");
     unknown.entries.push_back(SnapshotEntry{77, EntryKind::Heap, 5, 1, 0, 0});

@@ -14,6 +14,7 @@ installed (tools/test installs them).
 import os
 import re
 import shutil
+import subprocess
 import unittest
 
 from harness import main
@@ -31,8 +32,15 @@ def need(path, package):
         raise unittest.SkipTest("%s not installed (Debian package %s)" % (path, package))
 
 
-def python_testsuite_installed():
-    return os.path.isdir("/usr/lib/python3.11/test/test_json") and os.path.exists("/usr/lib/python3.11/test/test_re.py")
+def python_testsuite():
+    """The Debian package with Python's regression tests, and whether it is
+    installed (test_json and test_re are all this test runs)."""
+    out = subprocess.run([PYTHON, "-c", "import sys, sysconfig; print('%d.%d' % sys.version_info[:2]); "
+                                        "print(sysconfig.get_paths()['stdlib'])"], capture_output=True, text=True)
+    version, stdlib = out.stdout.split()
+    installed = os.path.isdir(os.path.join(stdlib, "test", "test_json")) and os.path.exists(
+        os.path.join(stdlib, "test", "test_re.py"))
+    return "libpython%s-testsuite" % version, installed
 
 
 # Header-only logs: recorder bug "header-only" (a process that ends by
@@ -84,8 +92,9 @@ class RealWorldTest(UnchangedTest):
 
     def test_python_regression_tests(self):
         need(PYTHON, "python3")
-        if not python_testsuite_installed():
-            raise unittest.SkipTest("Python's regression tests not installed (Debian package libpython3.11-testsuite)")
+        package, installed = python_testsuite()
+        if not installed:
+            raise unittest.SkipTest("Python's regression tests not installed (Debian package %s)" % package)
 
         def normalize(text):
             text = re.sub(rb"(?m)^\d+:\d\d:\d\d (load avg: [\d.]+ )?", b"", text)

@@ -14,7 +14,7 @@ import re
 import resource
 import subprocess
 
-from harness import HEAPSNAP, HeapsnapTest, frame_index
+from harness import HEAPSNAP, HeapsnapTest
 
 LOG_LINE = re.compile(rb"^heapsnap: log: (/.*)$")
 # A hang detector, not a performance bound: generous even on a loaded
@@ -127,13 +127,6 @@ class UnchangedTest(HeapsnapTest):
         first = self.heapsnap("dump", log).stdout.split("\n", 1)[0]
         self.assertTrue(first.startswith("process "), first)
         return dict(re.findall(r"(\w+)=(\S+)", first))
-
-    def kept_by(self, log, function, old="0s", new="exit"):
-        """Bytes and blocks live at `new` from stacks that pass through
-        `function` (frames anywhere in the stack), against `old`."""
-        diff = self.diff(log + "@" + old, log + "@" + new)
-        entries = [e for e in diff["entries"] if frame_index(e, function) >= 0]
-        return (sum(e["bytes_delta"] for e in entries), sum(e["blocks_delta"] for e in entries))
 
 
 def pretty(obj):

@@ -17,7 +17,6 @@ The tests that need a second (and third) user create them with useradd
 skip unless running as root.
 """
 
-import grp
 import os
 import pwd
 import re

@@ -7,6 +7,8 @@
  *   _exit   _exit(4)                    exit status 4
  *   abort   abort()                     SIGABRT: 134 from a launcher
  *   segv    a write through NULL        SIGSEGV: 139 from a launcher
+ *   now     _exit(4) right after doomed_keep(): no marker, no pause (the
+ *           process is gone before the writer's first frame cut)
  * Before dying it prints "dying: MODE" (unbuffered write).
  *
  * Live from doomed_keep() at "before-death" and at the end of the log:
@@ -35,8 +37,14 @@ static void say(const char* s) {
 int main(int argc, char** argv) {
     if (argc != 2) return 2;
     const char* mode = argv[1];
-    if (strcmp(mode, "_exit") != 0 && strcmp(mode, "abort") != 0 && strcmp(mode, "segv") != 0) return 2;
+    if (strcmp(mode, "_exit") != 0 && strcmp(mode, "abort") != 0 && strcmp(mode, "segv") != 0 &&
+        strcmp(mode, "now") != 0)
+        return 2;
     doomed_keep();
+    if (strcmp(mode, "now") == 0) {
+        say("dying: now\n");
+        _exit(4);
+    }
     heapsnap_marker("before-death");
     struct timespec pause = {0, 300 * 1000 * 1000};
     while (nanosleep(&pause, &pause) != 0) {
