@@ -84,7 +84,7 @@ int run_report(const ReportCliOptions& o) {
     for (const std::string& w : report.warnings) warn(w);
 
     if (o.format == "json") {
-        std::cout << report_to_json(moment, report, o.top).dump(2) << "\n";
+        std::cout << json_text(report_to_json(moment, report, o.top)) << "\n";
     } else if (o.format == "csv") {
         static const std::pair<const char*, ReportTable> kTables[] = {{"sites", ReportTable::Sites},
                                                                       {"functions", ReportTable::Functions},
