@@ -101,6 +101,17 @@ std::string describe_for_picture(const Snapshot& s) {
     return "\"" + s.marker.label + "\" (" + fmt::format("{:.3f}", s.time_s()) + " s)";
 }
 
+// Grouping and filtering, shared by the two-moment diff and the trend.
+template <class Options>
+Options selection_of(const DiffCliOptions& o) {
+    Options options;
+    options.group_by = group_by_of(o.group_by);
+    options.top = o.top;
+    options.min_bytes = o.min_bytes;
+    options.exclude = exclude_of(o.exclude);
+    return options;
+}
+
 int run_trend(const DiffCliOptions& o) {
     std::vector<std::string> args{o.old_arg};
     if (!o.new_arg.empty()) args.push_back(o.new_arg);
@@ -118,11 +129,7 @@ int run_trend(const DiffCliOptions& o) {
     }
     if (moments.size() < 2)
         throw Error(o.old_arg + " has only one marker; a trend needs at least two moments");
-    TrendOptions options;
-    options.group_by = group_by_of(o.group_by);
-    options.top = o.top;
-    options.min_bytes = o.min_bytes;
-    options.exclude = exclude_of(o.exclude);
+    auto options = selection_of<TrendOptions>(o);
     Symbolizer symbolizer;
     TrendResult result = trend(moments, options, symbolizer);
     for (const std::string& w : result.warnings) warn(w);
@@ -170,11 +177,7 @@ int run_diff(const DiffCliOptions& o) {
     if (!o.more.empty() || is_every_marker(o.old_arg, &log) || is_every_marker(o.new_arg, &log)) return run_trend(o);
     Snapshot a = load_moment(o.old_arg);
     Snapshot b = load_moment(o.new_arg);
-    DiffOptions options;
-    options.group_by = group_by_of(o.group_by);
-    options.top = o.top;
-    options.min_bytes = o.min_bytes;
-    options.exclude = exclude_of(o.exclude);
+    auto options = selection_of<DiffOptions>(o);
     Symbolizer symbolizer;
     DiffResult result = diff(a, b, options, symbolizer);
     for (const std::string& w : result.warnings) warn(w);
