@@ -133,7 +133,7 @@ int run_trend(const DiffCliOptions& o) {
     Symbolizer symbolizer;
     TrendResult result = trend(moments, options, symbolizer);
     for (const std::string& w : result.warnings) warn(w);
-    bool color = o.color == "always" || (o.color == "auto" && stdout_wants_color());
+    bool color = color_wanted(o.color);
     if (o.format == "json") {
         std::cout << json_text(trend_to_json(moments, result)) << "\n";
     } else if (o.format == "csv") {
@@ -181,7 +181,7 @@ int run_diff(const DiffCliOptions& o) {
     Symbolizer symbolizer;
     DiffResult result = diff(a, b, options, symbolizer);
     for (const std::string& w : result.warnings) warn(w);
-    bool color = o.color == "always" || (o.color == "auto" && stdout_wants_color());
+    bool color = color_wanted(o.color);
     if (o.format == "json")
         std::cout << json_text(diff_to_json(a, b, result)) << "\n";
     else if (o.format == "csv")

@@ -110,7 +110,7 @@ int run_report(const ReportCliOptions& o) {
         how.input = o.target;
         how.top = o.top;
         how.exact_bytes = o.bytes;
-        how.color = o.color == "always" || (o.color == "auto" && stdout_wants_color());
+        how.color = color_wanted(o.color);
         std::cout << render_report_text(moment, report, how);
     }
     std::cout.flush();

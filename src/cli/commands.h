@@ -35,6 +35,8 @@ std::string json_text(const nlohmann::json& doc);
 
 // Colour on stdout: a terminal, and NO_COLOR unset.
 bool stdout_wants_color();
+// The --color option: "always", "never", or "auto" (stdout_wants_color()).
+bool color_wanted(const std::string& choice);
 // Prints "heapsnap: warning: <text>" on stderr.
 void warn(const std::string& text);
 

@@ -18,6 +18,10 @@ bool stdout_wants_color() {
     return isatty(STDOUT_FILENO) && !(no_color && *no_color);
 }
 
+bool color_wanted(const std::string& choice) {
+    return choice == "always" || (choice == "auto" && stdout_wants_color());
+}
+
 void warn(const std::string& text) { std::cerr << "heapsnap: warning: " << text << "\n"; }
 
 std::string json_text(const nlohmann::json& doc) {
