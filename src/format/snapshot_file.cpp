@@ -123,6 +123,41 @@ void get_module(codec::Reader& r, SnapshotModule& m) {
     m.loaded = r.u8() != 0;
 }
 
+void put_thread(ByteBuffer& o, const ThreadStartRecord& t) {
+    o.varint(t.thread);
+    o.varint(t.time_ns);
+    o.varint(t.os_tid);
+    o.varint(t.stack_lo);
+    o.varint(t.stack_hi);
+}
+
+void get_thread(codec::Reader& r, ThreadStartRecord& t) {
+    t.thread = static_cast<uint32_t>(r.varint());
+    t.time_ns = r.varint();
+    t.os_tid = r.varint();
+    t.stack_lo = r.varint();
+    t.stack_hi = r.varint();
+}
+
+void put_stack(ByteBuffer& o, uint32_t id, const std::vector<StackFrame>& frames) {
+    o.varint(id);
+    o.varint(frames.size());
+    for (const StackFrame& f : frames) {
+        o.varint(f.module);
+        o.varint(f.vaddr);
+    }
+}
+
+uint32_t get_stack(codec::Reader& r, std::vector<StackFrame>& frames) {
+    auto id = static_cast<uint32_t>(r.varint());
+    frames.resize(r.count(2));
+    for (StackFrame& f : frames) {
+        f.module = static_cast<uint32_t>(r.varint());
+        f.vaddr = r.varint();
+    }
+    return id;
+}
+
 namespace {
 
 std::vector<uint8_t> encode_body(const Snapshot& s) {
@@ -137,22 +172,9 @@ std::vector<uint8_t> encode_body(const Snapshot& s) {
     o.varint(s.modules.size());
     for (const SnapshotModule& m : s.modules) put_module(o, m);
     o.varint(s.threads.size());
-    for (const ThreadStartRecord& th : s.threads) {
-        o.varint(th.thread);
-        o.varint(th.time_ns);
-        o.varint(th.os_tid);
-        o.varint(th.stack_lo);
-        o.varint(th.stack_hi);
-    }
+    for (const ThreadStartRecord& th : s.threads) put_thread(o, th);
     o.varint(s.stacks.size());
-    for (const auto& [id, frames] : s.stacks) {
-        o.varint(id);
-        o.varint(frames.size());
-        for (const StackFrame& f : frames) {
-            o.varint(f.module);
-            o.varint(f.vaddr);
-        }
-    }
+    for (const auto& [id, frames] : s.stacks) put_stack(o, id, frames);
     o.varint(s.entries.size());
     for (const SnapshotEntry& e : s.entries) {
         o.varint(e.stack);
@@ -180,22 +202,11 @@ Snapshot decode_body(const std::string& path, const uint8_t* data, size_t size) 
     for (SnapshotModule& m : s.modules) get_module(r, m);
     n = r.count(5);
     s.threads.resize(n);
-    for (ThreadStartRecord& th : s.threads) {
-        th.thread = static_cast<uint32_t>(r.varint());
-        th.time_ns = r.varint();
-        th.os_tid = r.varint();
-        th.stack_lo = r.varint();
-        th.stack_hi = r.varint();
-    }
+    for (ThreadStartRecord& th : s.threads) get_thread(r, th);
     n = r.count(2);
     for (uint64_t i = 0; i < n && r.ok(); ++i) {
-        auto id = static_cast<uint32_t>(r.varint());
-        uint64_t frames = r.count(2);
-        std::vector<StackFrame> stack(frames);
-        for (StackFrame& f : stack) {
-            f.module = static_cast<uint32_t>(r.varint());
-            f.vaddr = r.varint();
-        }
+        std::vector<StackFrame> stack;
+        uint32_t id = get_stack(r, stack);
         s.stacks.emplace(id, std::move(stack));
     }
     n = r.count(6);

@@ -86,5 +86,10 @@ void put_marker(ByteBuffer& o, const MarkerRecord& m, bool has_data);
 void get_marker(codec::Reader& r, MarkerRecord& m, bool& has_data);
 void put_module(ByteBuffer& o, const SnapshotModule& m);
 void get_module(codec::Reader& r, SnapshotModule& m);
+void put_thread(ByteBuffer& o, const ThreadStartRecord& t);
+void get_thread(codec::Reader& r, ThreadStartRecord& t);
+// One stack: id, frame count, then (module, vaddr) per frame.
+void put_stack(ByteBuffer& o, uint32_t id, const std::vector<StackFrame>& frames);
+uint32_t get_stack(codec::Reader& r, std::vector<StackFrame>& frames);
 
 }  // namespace heapsnap

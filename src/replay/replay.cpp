@@ -133,22 +133,9 @@ void Replay::save_state(ByteBuffer& o) const {
     o.varint(modules_.size());
     for (const auto& [id, m] : modules_) put_module(o, m);
     o.varint(threads_.size());
-    for (const auto& [index, th] : threads_) {
-        o.varint(th.thread);
-        o.varint(th.time_ns);
-        o.varint(th.os_tid);
-        o.varint(th.stack_lo);
-        o.varint(th.stack_hi);
-    }
+    for (const auto& [index, th] : threads_) put_thread(o, th);
     o.varint(stacks_.size());
-    for (const auto& [id, frames] : stacks_) {
-        o.varint(id);
-        o.varint(frames.size());
-        for (const StackFrame& f : frames) {
-            o.varint(f.module);
-            o.varint(f.vaddr);
-        }
-    }
+    for (const auto& [id, frames] : stacks_) put_stack(o, id, frames);
     o.varint(blocks_.size());
     blocks_.for_each([&](uint64_t addr, const LiveBlock& b) {
         o.varint(addr);
@@ -178,20 +165,12 @@ void Replay::load_state(codec::Reader& r) {
     }
     for (uint64_t n = r.count(5); n-- && r.ok();) {
         ThreadStartRecord th;
-        th.thread = static_cast<uint32_t>(r.varint());
-        th.time_ns = r.varint();
-        th.os_tid = r.varint();
-        th.stack_lo = r.varint();
-        th.stack_hi = r.varint();
+        get_thread(r, th);
         threads_[th.thread] = th;
     }
     for (uint64_t n = r.count(2); n-- && r.ok();) {
-        auto id = static_cast<uint32_t>(r.varint());
-        std::vector<StackFrame> frames(r.count(2));
-        for (StackFrame& f : frames) {
-            f.module = static_cast<uint32_t>(r.varint());
-            f.vaddr = r.varint();
-        }
+        std::vector<StackFrame> frames;
+        uint32_t id = get_stack(r, frames);
         stacks_[id] = std::move(frames);
     }
     // Per-stack totals follow from the live blocks and mappings.
