@@ -3,11 +3,11 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "format/hslog.h"
+#include "recorder/clock.h"
 #include "recorder/lifecycle.h"
 #include "recorder/markers.h"
 #include "recorder/writer.h"
@@ -16,16 +16,32 @@ namespace heapsnap::recorder {
 namespace {
 
 constexpr int kMaxPending = 32;
+constexpr int kMaxReading = 8;
 constexpr size_t kMaxRequest = 512;
+// A request must be complete this long after the connection was accepted.
+// The writer never waits for a client: sockets are non-blocking and read
+// whenever the writer polls, so a client that dribbles or stalls costs
+// nothing but its slot.
+constexpr uint64_t kRequestDeadlineNs = 1000000000;
 
 struct Pending {
     int fd;
     uint32_t token;  // take_marker's; the writer maps it to the marker index
 };
 
+// An accepted connection whose request line has not fully arrived.
+struct Reading {
+    int fd;
+    uint64_t deadline_ns;
+    size_t used;
+    char buf[kMaxRequest];
+};
+
 int g_listen = -1;
 Pending g_pending[kMaxPending];
 int g_pending_count = 0;
+Reading g_reading[kMaxReading];
+int g_reading_count = 0;
 
 void send_line(int fd, const char* a, const char* b = "", const char* c = "") {
     char line[kMaxPathLen + 128];
@@ -35,6 +51,11 @@ void send_line(int fd, const char* a, const char* b = "", const char* c = "") {
     line[n++] = '\n';
     ssize_t ignored = send(fd, line, n, MSG_NOSIGNAL);
     (void)ignored;
+}
+
+void refuse(int fd, const char* text) {
+    send_line(fd, "error ", text);
+    close(fd);
 }
 
 void format_uint(uint64_t v, char* out) {
@@ -47,61 +68,77 @@ void format_uint(uint64_t v, char* out) {
     out[j] = 0;
 }
 
-// Reads "snapshot <label>\n"; returns false for anything else.
-bool read_request(int fd, char* label, size_t cap) {
-    char buf[kMaxRequest];
-    size_t n = 0;
-    while (n < sizeof buf - 1) {
-        ssize_t r = recv(fd, buf + n, sizeof buf - 1 - n, 0);
-        if (r <= 0) {
-            if (r < 0 && errno == EINTR) continue;
-            break;
-        }
-        n += static_cast<size_t>(r);
-        if (memchr(buf, '\n', n)) break;
-    }
-    buf[n] = 0;
-    char* nl = strchr(buf, '\n');
-    if (!nl) return false;
-    *nl = 0;
+// Parses "snapshot <label>" (the line without its newline); false for
+// anything else.
+bool parse_request(char* line, char* label, size_t cap) {
     const char* verb = "snapshot";
     size_t verb_len = strlen(verb);
-    if (strncmp(buf, verb, verb_len) != 0 || (buf[verb_len] != ' ' && buf[verb_len] != 0)) return false;
-    const char* text = buf[verb_len] ? buf + verb_len + 1 : "";
+    if (strncmp(line, verb, verb_len) != 0 || (line[verb_len] != ' ' && line[verb_len] != 0)) return false;
+    const char* text = line[verb_len] ? line + verb_len + 1 : "";
     size_t len = strnlen(text, cap - 1);
     memcpy(label, text, len);
     label[len] = 0;
     return true;
 }
 
-void handle(int fd) {
+void take_request(int fd, char* line) {
+    char label[256];
+    if (!parse_request(line, label, sizeof label)) return refuse(fd, "malformed request");
+    if (g_pending_count == kMaxPending) return refuse(fd, "too many pending requests");
+    uint32_t token = take_marker(hslog::MarkerCause::Request, label[0] ? label : "snapshot");
+    if (!token) return refuse(fd, "the recorder is not recording");
+    g_pending[g_pending_count++] = Pending{fd, token};
+}
+
+// Reads what has arrived; true when the connection is finished with (its
+// request taken or refused, or the peer gone).
+bool read_some(Reading& r, uint64_t now) {
+    for (;;) {
+        ssize_t n = recv(r.fd, r.buf + r.used, sizeof r.buf - 1 - r.used, MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (n <= 0) {  // the peer is gone or half-closed before a whole line
+            if (r.used) send_line(r.fd, "error malformed request");
+            close(r.fd);
+            return true;
+        }
+        r.used += static_cast<size_t>(n);
+        r.buf[r.used] = 0;
+        if (char* nl = static_cast<char*>(memchr(r.buf, '\n', r.used))) {
+            *nl = 0;
+            if (strlen(r.buf) != static_cast<size_t>(nl - r.buf))  // a NUL inside the line
+                refuse(r.fd, "malformed request");
+            else
+                take_request(r.fd, r.buf);
+            return true;
+        }
+        if (r.used == sizeof r.buf - 1) {
+            refuse(r.fd, "malformed request");
+            return true;
+        }
+    }
+    if (now >= r.deadline_ns) {
+        refuse(r.fd, "malformed request");
+        return true;
+    }
+    return false;
+}
+
+void accept_one(int fd, uint64_t now) {
     ucred peer{};
     socklen_t len = sizeof peer;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 || peer.uid != getuid()) {
-        send_line(fd, "error permission denied: only the owner of the process may request snapshots");
-        close(fd);
-        return;
-    }
-    timeval timeout{1, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-    char label[256];
-    if (!read_request(fd, label, sizeof label)) {
-        send_line(fd, "error malformed request");
-        close(fd);
-        return;
-    }
-    if (g_pending_count == kMaxPending) {
-        send_line(fd, "error too many pending requests");
-        close(fd);
-        return;
-    }
-    uint32_t token = take_marker(hslog::MarkerCause::Request, label[0] ? label : "snapshot");
-    if (!token) {
-        send_line(fd, "error the recorder is not recording");
-        close(fd);
-        return;
-    }
-    g_pending[g_pending_count++] = Pending{fd, token};
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 || peer.uid != getuid())
+        return refuse(fd, "permission denied: only the owner of the process may request snapshots");
+    if (g_reading_count == kMaxReading) return refuse(fd, "too many pending requests");
+    Reading& r = g_reading[g_reading_count++];
+    r.fd = fd;
+    r.deadline_ns = now + kRequestDeadlineNs;
+    r.used = 0;
+}
+
+void close_reading() {
+    for (int i = 0; i < g_reading_count; ++i) close(g_reading[i].fd);
+    g_reading_count = 0;
 }
 
 }  // namespace
@@ -127,6 +164,7 @@ void control_open() {
 void control_close() {
     if (g_listen >= 0) close(g_listen);
     g_listen = -1;
+    close_reading();
     for (int i = 0; i < g_pending_count; ++i) {
         send_line(g_pending[i].fd, "error the process is exiting");
         close(g_pending[i].fd);
@@ -137,19 +175,32 @@ void control_close() {
 void control_forget_after_fork() {
     if (g_listen >= 0) close(g_listen);
     g_listen = -1;
+    close_reading();
     for (int i = 0; i < g_pending_count; ++i) close(g_pending[i].fd);
     g_pending_count = 0;
 }
 
 int control_fd() { return g_listen; }
 
+int control_poll_fds(pollfd* out, int max) {
+    int n = 0;
+    if (g_listen >= 0 && n < max) out[n++] = pollfd{g_listen, POLLIN, 0};
+    for (int i = 0; i < g_reading_count && n < max; ++i) out[n++] = pollfd{g_reading[i].fd, POLLIN, 0};
+    return n;
+}
+
 void control_poll() {
     if (g_listen < 0) return;
+    uint64_t now = now_ns();
     for (;;) {
-        int fd = accept4(g_listen, nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd < 0) return;
-        handle(fd);
+        int fd = accept4(g_listen, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) break;
+        accept_one(fd, now);
     }
+    int kept = 0;
+    for (int i = 0; i < g_reading_count; ++i)
+        if (!read_some(g_reading[i], now)) g_reading[kept++] = g_reading[i];
+    g_reading_count = kept;
 }
 
 void control_reply_durable(uint32_t durable_marker) {

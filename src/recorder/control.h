@@ -5,9 +5,13 @@
 // (formats/control.md): no file to clean up or to race on in /tmp, no signal
 // number taken from the program. The writer thread accepts connections; a
 // peer whose SO_PEERCRED uid differs from the process's real uid gets
-// "error permission denied" and nothing else happens. A request only names
+// "error permission denied" and nothing else happens. The writer never
+// blocks on a client: requests are read as they arrive, with a 1 s
+// deadline. A request only names
 // a marker label: it cannot make the process write anywhere else.
 #pragma once
+
+#include <poll.h>
 
 #include <cstdint>
 
@@ -18,7 +22,11 @@ void control_close();
 void control_forget_after_fork();
 // The listening socket, or -1.
 int control_fd();
-// Accepts and reads pending requests; takes their markers.
+// The descriptors the writer should wait on (listening socket, connections
+// whose request is still arriving); returns how many were written to out.
+int control_poll_fds(pollfd* out, int max);
+// Accepts connections and reads what their requests sent so far, never
+// blocking; takes the markers of complete requests.
 void control_poll();
 // Answers requests whose marker is now on disk.
 void control_reply_durable(uint32_t durable_marker);

@@ -23,6 +23,7 @@
 // default) <sys/mman.h> would rename mmap to mmap64. On LP64 they are the
 // same function.
 #undef _FILE_OFFSET_BITS
+#include <alloca.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <libunwind.h>
@@ -523,4 +524,55 @@ HEAPSNAP_EXPORT int execvp(const char* file, char* const argv[]) {
 HEAPSNAP_EXPORT int execvpe(const char* file, char* const argv[], char* const envp[]) {
     if (!ready()) return -1;
     return around_exec([&] { return real.execvpe(file, argv, envp); });
+}
+
+// The list forms take their arguments as varargs; glibc's own versions call
+// execve directly, past the hooks above, so they are rebuilt here into the
+// vector forms (on the stack, as glibc does: nothing allocated before exec).
+namespace {
+
+// Collects arg and the rest of ap up to the NULL into an argv on this
+// frame and calls exec(argv, envp); envp follows the NULL for execle and
+// is environ for the others.
+template <class Exec>
+int exec_list(const char* arg, va_list ap, bool env_follows, Exec&& exec) {
+    va_list count;
+    va_copy(count, ap);
+    size_t n = 1;
+    if (arg)
+        while (va_arg(count, const char*)) ++n;
+    va_end(count);
+    auto** argv = static_cast<char**>(alloca((n + 1) * sizeof(char*)));
+    argv[0] = const_cast<char*>(arg);
+    for (size_t i = 1; i < n; ++i) argv[i] = va_arg(ap, char*);
+    argv[n] = nullptr;
+    if (arg) va_arg(ap, char*);  // the terminating NULL
+    char* const* envp = env_follows ? va_arg(ap, char* const*) : environ;
+    return exec(argv, envp);
+}
+
+}  // namespace
+
+HEAPSNAP_EXPORT int execl(const char* path, const char* arg, ...) {
+    va_list ap;
+    va_start(ap, arg);
+    int r = exec_list(arg, ap, false, [&](char** argv, char* const* envp) { return execve(path, argv, envp); });
+    va_end(ap);
+    return r;
+}
+
+HEAPSNAP_EXPORT int execlp(const char* file, const char* arg, ...) {
+    va_list ap;
+    va_start(ap, arg);
+    int r = exec_list(arg, ap, false, [&](char** argv, char* const*) { return execvp(file, argv); });
+    va_end(ap);
+    return r;
+}
+
+HEAPSNAP_EXPORT int execle(const char* path, const char* arg, ...) {
+    va_list ap;
+    va_start(ap, arg);
+    int r = exec_list(arg, ap, true, [&](char** argv, char* const* envp) { return execve(path, argv, envp); });
+    va_end(ap);
+    return r;
 }

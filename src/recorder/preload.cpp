@@ -46,20 +46,26 @@ uint64_t g_start_ns = 0;
 pid_t g_owner = 0;
 pthread_key_t g_exit_key;
 
-void copy_env(const char* name, char* out, size_t cap, const char* fallback) {
+// A value that does not fit is refused (out left empty, false returned),
+// never cut: a cut path names a file nobody asked for.
+bool copy_env(const char* name, char* out, size_t cap, const char* fallback) {
     const char* v = getenv(name);
     if (!v || !*v) v = fallback;
-    size_t n = strnlen(v, cap - 1);
-    memcpy(out, v, n);
-    out[n] = 0;
+    size_t n = strnlen(v, cap);
+    out[0] = 0;
+    if (n == cap) return false;
+    memcpy(out, v, n + 1);
+    return true;
 }
 
 // Garbage in HEAPSNAP_* variables is reported and replaced by the default;
 // it must never crash or stop the program.
 void read_config() {
+    // An empty output_pattern tells writer_open to refuse recording.
     copy_env("HEAPSNAP_OUTPUT", g_config.output_pattern, sizeof g_config.output_pattern,
              "heapsnap.%e.%p.hslog");
-    copy_env("HEAPSNAP_PATHS_FILE", g_config.paths_file, sizeof g_config.paths_file, "");
+    if (!copy_env("HEAPSNAP_PATHS_FILE", g_config.paths_file, sizeof g_config.paths_file, ""))
+        diagnostic("ignoring HEAPSNAP_PATHS_FILE (longer than 4095 bytes)");
     g_config.depth = kDefaultDepth;
     if (const char* v = getenv("HEAPSNAP_DEPTH"); v && *v) {
         char* end = nullptr;

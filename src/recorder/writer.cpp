@@ -299,11 +299,10 @@ size_t round_locked() {
 }
 
 void wait_for_work(int timeout_ms) {
-    pollfd fds[2];
+    pollfd fds[16];
     nfds_t count = 0;
     fds[count++] = pollfd{g_wake_fd, POLLIN, 0};
-    int control = control_fd();
-    if (control >= 0) fds[count++] = pollfd{control, POLLIN, 0};
+    count += static_cast<nfds_t>(control_poll_fds(fds + 1, 15));
     g_sleeping.store(true, std::memory_order_seq_cst);
     int r = poll(fds, count, timeout_ms);
     g_sleeping.store(false, std::memory_order_relaxed);
@@ -500,6 +499,10 @@ bool writer_open() {
         ZSTD_CCtx_setParameter(g_zstd, ZSTD_c_checksumFlag, 1);
     }
     if (g_wake_fd < 0) g_wake_fd = move_fd_high(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!config().output_pattern[0]) {
+        diagnostic("log path too long: HEAPSNAP_OUTPUT is longer than 4095 bytes; recording disabled");
+        return false;
+    }
     if (!expand_pattern(config().output_pattern, g_path, sizeof g_path) || !make_absolute(g_path, sizeof g_path)) {
         diagnostic("log path too long: ", config().output_pattern, "; recording disabled");
         return false;
@@ -536,6 +539,9 @@ bool writer_open() {
     codec::Writer w = reserve(16384);
     write_process_record(w);
     commit(w);
+    // On disk at once: a process that dies (_exit, SIGKILL) before the
+    // first timed flush still leaves a log that says what it was.
+    flush_frame();
     announce_path();
     return true;
 }

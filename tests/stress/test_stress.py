@@ -166,7 +166,6 @@ class StressTest(UnchangedTest):
     # leave such logs (tests/realworld). Losing the last events is allowed
     # (formats/hslog.md); an unreadable log is not: the Process record and
     # the module map could be cut into a frame when the log is created.
-    @unittest.expectedFailure
     def test_quick_exit_log_readable(self):
         result, logs = self.assert_unchanged([program("stress_dying"), "now"], status=4)
         self.assertEqual(result.stdout, b"dying: now\n")
@@ -189,7 +188,6 @@ class StressTest(UnchangedTest):
         self.assert_site_entry(parent, "0s", "exit", "parent_keep", "vfork_exec.c", 1111, 1)
         self.assert_site_entry(child, "0s", "exit", "child_keep", "vfork_exec.c", 2222, 1)
 
-    @unittest.expectedFailure  # recorder bug: execl/execlp/execle are not intercepted (issue 6 report, "execl")
     def test_execl_ends_the_log(self):
         result, logs = self.assert_unchanged([program("stress_vfork_exec"), "execl"], status=0)
         self.assertEqual(result.stdout, b"vfork_exec: execl\nvfork_exec child: hello\n")
