@@ -62,11 +62,17 @@ public:
         line(fmt::format("thread-exit t={} thread={}", secs(t), thread));
     }
     void on_alloc(const AllocEvent& e) override {
-        line(fmt::format("alloc t={} thread={} fn={} addr={:#x} size={} stack={}", secs(e.time_ns), e.thread,
-                         hslog::alloc_fn_name(e.fn), e.address, e.size, e.stack));
+        std::string address = e.address ? fmt::format(" addr={:#x}", e.address) : "";
+        line(fmt::format("alloc t={} thread={} fn={} block={}{} size={} stack={}", secs(e.time_ns), e.thread,
+                         hslog::alloc_fn_name(e.fn), e.block, address, e.size, e.stack));
     }
+    // A free names a block id; one of a block the recorder never saw
+    // allocated (an untracked free) names its address instead.
     void on_free(const FreeEvent& e) override {
-        line(fmt::format("free t={} thread={} addr={:#x}", secs(e.time_ns), e.thread, e.address));
+        if (e.block)
+            line(fmt::format("free t={} thread={} block={}", secs(e.time_ns), e.thread, e.block));
+        else
+            line(fmt::format("free t={} thread={} addr={:#x}", secs(e.time_ns), e.thread, e.address));
     }
     void on_mmap(const MmapEvent& e) override {
         line(fmt::format("mmap t={} thread={} addr={:#x} length={} prot={} flags={:#x} stack={}", secs(e.time_ns),

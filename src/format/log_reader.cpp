@@ -73,8 +73,13 @@ public:
     bool decode(const uint8_t* data, size_t size, uint64_t frame_offset) {
         codec::Reader r(data, size);
         while (!r.at_end()) {
-            auto tag = static_cast<hslog::Tag>(r.u8());
-            record(tag, r);
+            uint8_t tag = r.u8();
+            if (static_cast<uint8_t>(tag - kAllocTag) < hslog::kAllocFnCount && has_process_) [[likely]]
+                alloc(r, static_cast<hslog::AllocFn>(tag - kAllocTag), false);
+            else if (tag == kFreeTag && has_process_) [[likely]]
+                free(r);
+            else
+                record(static_cast<hslog::Tag>(tag), r);
             if (!r.ok()) corrupt(frame_offset, "truncated or malformed record");
             summary_.records++;
             if (visitor_.stop_requested()) {
@@ -95,13 +100,20 @@ public:
         thread_ = at.thread;
         stacks_ = at.stacks;
         max_stack_ = at.max_stack;
+        if (!blocks_.restore(at.next_block, at.free_blocks))
+            throw Error(path_ + ": the checkpoint's block ids are inconsistent");
     }
     StreamPosition position(uint64_t offset) const {
-        return StreamPosition{offset, now_, addr_, thread_, stacks_, max_stack_};
+        return StreamPosition{offset,    now_,       addr_, thread_, stacks_, max_stack_, blocks_.next(),
+                              blocks_.free_list()};
     }
     bool frame_done() const { return frame_done_; }
 
 private:
+    static constexpr uint8_t kAllocTag = static_cast<uint8_t>(hslog::Tag::Alloc);
+    static constexpr uint8_t kAllocAtTag = static_cast<uint8_t>(hslog::Tag::AllocAt);
+    static constexpr uint8_t kFreeTag = static_cast<uint8_t>(hslog::Tag::Free);
+
     [[noreturn]] void corrupt(uint64_t offset, const std::string& what) {
         throw Error(path_ + ": corrupt log: " + what + " in the frame at byte " + std::to_string(offset));
     }
@@ -122,8 +134,37 @@ private:
         return static_cast<uint32_t>(id);
     }
 
+    // The two records that make up most of a log, kept out of the switch.
+    void alloc(codec::Reader& r, hslog::AllocFn fn, bool addressed) {
+        AllocEvent e;
+        e.fn = fn;
+        e.time_ns = now_;
+        if (addressed) {
+            e.address = address(r);
+            if (e.address == 0) r.invalidate();  // malloc's NULL is no block
+        }
+        e.size = r.varint();
+        e.stack = stack_ref(r);
+        e.thread = thread_;
+        summary_.events++;
+        if (!r.ok()) return;
+        e.block = blocks_.alloc();
+        visitor_.on_alloc(e);
+    }
+    void free(codec::Reader& r) {
+        FreeEvent e;
+        e.time_ns = now_;
+        e.block = static_cast<uint32_t>(r.varint());
+        e.thread = thread_;
+        summary_.events++;
+        if (!r.ok()) return;
+        if (!blocks_.free(e.block)) return r.invalidate();  // not a live block
+        visitor_.on_free(e);
+    }
+
     bool record(hslog::Tag tag, codec::Reader& r) {
         using hslog::Tag;
+        auto raw = static_cast<uint8_t>(tag);
         if (!has_process_ && tag != Tag::Process) throw Error(path_ + ": corrupt log: no process record first");
         if (has_process_ && tag == Tag::Process) throw Error(path_ + ": corrupt log: a second process record");
         switch (tag) {
@@ -181,31 +222,25 @@ private:
                 if (r.ok()) visitor_.on_thread_exit(thread, t);
                 return true;
             }
-            case Tag::Alloc: {
-                AllocEvent e;
-                e.fn = static_cast<hslog::AllocFn>(r.u8());
-                e.time_ns = advance(r);
-                e.address = address(r);
-                e.size = r.varint();
-                e.stack = stack_ref(r);
-                e.thread = thread_;
-                summary_.events++;
-                if (e.address == 0) r.invalidate();  // malloc's NULL is no block; replay keys blocks by address
-                if (r.ok()) visitor_.on_alloc(e);
-                return true;
-            }
-            case Tag::Free: {
+            case Tag::Alloc:
+            case Tag::AllocAt:
+            case Tag::Free: break;  // decode() handles them
+            case Tag::FreeUnknown: {
                 FreeEvent e;
-                e.time_ns = advance(r);
+                e.time_ns = now_;
                 e.address = address(r);
                 e.thread = thread_;
                 summary_.events++;
                 if (r.ok()) visitor_.on_free(e);
                 return true;
             }
+            case Tag::Time:
+                units_ += r.varint();
+                now_ = units_ * hslog::kTimeUnitNs;
+                return true;
             case Tag::Mmap: {
                 MmapEvent e;
-                e.time_ns = advance(r);
+                e.time_ns = now_;
                 e.address = address(r);
                 e.length = r.varint();
                 e.prot = static_cast<uint32_t>(r.varint());
@@ -218,7 +253,7 @@ private:
             }
             case Tag::Munmap: {
                 MunmapEvent e;
-                e.time_ns = advance(r);
+                e.time_ns = now_;
                 e.address = address(r);
                 e.length = r.varint();
                 e.thread = thread_;
@@ -238,6 +273,15 @@ private:
                 }
                 return true;
             }
+        }
+        if (static_cast<uint8_t>(raw - kAllocTag) < hslog::kAllocFnCount ||
+            static_cast<uint8_t>(raw - kAllocAtTag) < hslog::kAllocFnCount) {
+            alloc(r, static_cast<hslog::AllocFn>(raw & 0x0f), raw >= kAllocAtTag);
+            return true;
+        }
+        if (raw == kFreeTag) {
+            free(r);
+            return true;
         }
         throw Error(path_ + ": corrupt log: unknown record tag " + std::to_string(static_cast<int>(tag)));
     }
@@ -325,10 +369,24 @@ private:
     uint32_t thread_ = 0;
     uint64_t stacks_ = 0;
     uint32_t max_stack_ = 0;
+    BlockIds blocks_;
     std::vector<StackFrame> frames_;
 };
 
 }  // namespace
+
+bool BlockIds::restore(uint32_t next, const std::vector<uint32_t>& free_list) {
+    if (next == 0 || free_list.size() >= next) return false;
+    next_ = next;
+    live_.assign(next, 1);
+    live_[0] = 0;
+    for (uint32_t id : free_list) {
+        if (id == 0 || id >= next || !live_[id]) return false;
+        live_[id] = 0;
+    }
+    free_ = free_list;
+    return true;
+}
 
 namespace {
 

@@ -60,11 +60,15 @@ struct ThreadStartRecord {
     uint64_t stack_hi = 0;
 };
 
+// Heap blocks are named by block ids (formats/hslog.md, "Block ids"):
+// small integers from 1 up, a freed id reused last-in first-out. The reader
+// computes every Alloc's id; a Free names one.
 struct AllocEvent {
-    uint64_t time_ns = 0;
+    uint64_t time_ns = 0;  // exact to 1 ms (hslog::kEventTimeStep)
     uint32_t thread = 0;
     hslog::AllocFn fn = hslog::AllocFn::Malloc;
-    uint64_t address = 0;
+    uint32_t block = 0;
+    uint64_t address = 0;  // only for blocks of hslog::kAddressedAllocSize or more; else 0
     uint64_t size = 0;
     uint32_t stack = 0;
 };
@@ -72,7 +76,8 @@ struct AllocEvent {
 struct FreeEvent {
     uint64_t time_ns = 0;
     uint32_t thread = 0;
-    uint64_t address = 0;
+    uint32_t block = 0;    // 0: a block the recorder never saw allocated (an untracked free)
+    uint64_t address = 0;  // that block's address; 0 when `block` is set
 };
 
 struct MmapEvent {
@@ -164,8 +169,44 @@ private:
     bool stop_ = false;
 };
 
+// The block-id allocator every reader runs in step with the writer
+// (formats/hslog.md, "Block ids"). It also knows which ids are live, so a
+// Free of an id that is not is caught as corruption. Memory: 5 bytes per
+// id ever handed out, i.e. bounded by the peak live set.
+class BlockIds {
+public:
+    uint32_t alloc() {
+        if (!free_.empty()) {
+            uint32_t id = free_.back();
+            free_.pop_back();
+            live_[id] = 1;
+            return id;
+        }
+        live_.push_back(1);
+        return next_++;
+    }
+    // False if `id` is not live (a corrupt log).
+    bool free(uint64_t id) {
+        if (id >= next_ || !live_[id]) return false;
+        live_[id] = 0;
+        free_.push_back(static_cast<uint32_t>(id));
+        return true;
+    }
+
+    // The state a checkpoint keeps: the next fresh id and the free list.
+    uint32_t next() const { return next_; }
+    const std::vector<uint32_t>& free_list() const { return free_; }
+    // False if the state is inconsistent (an id twice, or out of range).
+    bool restore(uint32_t next, const std::vector<uint32_t>& free_list);
+
+private:
+    uint32_t next_ = 1;
+    std::vector<uint32_t> free_;  // the next id to reuse last
+    std::vector<uint8_t> live_ = {0};  // by id; id 0 is never live
+};
+
 // Where a read can pick up again: the start of a frame, with the stream
-// state (clock, address, thread) that the records before it left.
+// state (clock, address, thread, block ids) that the records before it left.
 struct StreamPosition {
     uint64_t offset = 0;
     uint64_t time_ns = 0;
@@ -173,6 +214,8 @@ struct StreamPosition {
     uint32_t thread = 0;
     uint64_t stacks = 0;     // Stack records before it
     uint32_t max_stack = 0;  // the highest stack id they defined
+    uint32_t next_block = 1;  // BlockIds state
+    std::vector<uint32_t> free_blocks;
 };
 
 struct ReadSummary {

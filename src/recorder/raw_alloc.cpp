@@ -89,6 +89,8 @@ bool forget_recorder_range(uint64_t start, uint64_t end) {
     return false;
 }
 
+void raw_forget_after_fork() { g_ranges_lock.reset(); }
+
 uint64_t raw_mapped_bytes() { return g_mapped.load(std::memory_order_relaxed); }
 
 void* raw_block_alloc(void*, size_t bytes) {

@@ -17,6 +17,11 @@ namespace heapsnap::recorder {
 void* raw_map(size_t bytes);
 void raw_unmap(void* p, size_t bytes);
 
+// In a fork child: the parent's writer thread may have held the range
+// table's lock at the fork; the child (which unmaps the parent's block-id
+// table when it opens its own log) must not wait for it.
+void raw_forget_after_fork();
+
 // Bytes currently mapped through raw_map.
 uint64_t raw_mapped_bytes();
 

@@ -20,6 +20,7 @@
 #include <atomic>
 
 #include "format/hslog.h"
+#include "recorder/block_ids.h"
 #include "recorder/clock.h"
 #include "recorder/control.h"
 #include "recorder/lifecycle.h"
@@ -153,34 +154,71 @@ uint64_t advance_time(uint64_t ts) {
     return dt;
 }
 
+// Events carry no time of their own: a Time record moves the stream time
+// when an event is hslog::kEventTimeStep (1 ms) or more past it, so event
+// times are exact to 1 ms and most events carry no time bytes at all.
+void event_time(codec::Writer& w, uint64_t ts) {
+    uint64_t unit = ts / hslog::kTimeUnitNs;
+    if (unit < g_stream_ts + hslog::kEventTimeStep) return;
+    hslog::put_time(w, unit - g_stream_ts);
+    g_stream_ts = unit;
+}
+
 int64_t advance_addr(uint64_t addr) {
     auto delta = static_cast<int64_t>(addr - g_stream_addr);
     g_stream_addr = addr;
     return delta;
 }
 
+void encode_alloc(codec::Writer& w, const Slot& s) {
+    BlockAlloc b = block_ids_alloc(s.addr);
+    if (!b.ok) {
+        fail(": out of memory for the block table; recording stopped");
+        return;
+    }
+    if (b.replaced) {  // its free was never seen: free it explicitly, as the reader must
+        hslog::put_free(w, b.replaced);
+        g_events++;
+    }
+    auto fn = static_cast<hslog::AllocFn>(s.fn);
+    if (s.size >= hslog::kAddressedAllocSize)
+        hslog::put_alloc_at(w, fn, advance_addr(s.addr), s.size, s.stack);
+    else
+        hslog::put_alloc(w, fn, s.size, s.stack);
+    g_events++;
+}
+
+void encode_free(codec::Writer& w, const Slot& s) {
+    if (uint32_t id = block_ids_free(s.addr))
+        hslog::put_free(w, id);
+    else
+        hslog::put_free_unknown(w, advance_addr(s.addr));
+    g_events++;
+}
+
 void encode(const Slot& s) {
-    codec::Writer w = reserve(hslog::kMaxEventRecord + 1 + codec::kMaxVarint);
+    codec::Writer w = reserve(2 * hslog::kMaxEventRecord + 2 + 2 * codec::kMaxVarint);
     if (s.thread != g_stream_thread && s.kind != SlotKind::Marker) {
         hslog::put_thread(w, s.thread);
         g_stream_thread = s.thread;
     }
     switch (s.kind) {
         case SlotKind::Alloc:
-            hslog::put_alloc(w, static_cast<hslog::AllocFn>(s.fn), advance_time(ticks_to_ns(s.ts)), advance_addr(s.addr), s.size,
-                             s.stack);
-            g_events++;
+            event_time(w, ticks_to_ns(s.ts));
+            encode_alloc(w, s);
             break;
         case SlotKind::Free:
-            hslog::put_free(w, advance_time(ticks_to_ns(s.ts)), advance_addr(s.addr));
-            g_events++;
+            event_time(w, ticks_to_ns(s.ts));
+            encode_free(w, s);
             break;
         case SlotKind::Mmap:
-            hslog::put_mmap(w, advance_time(ticks_to_ns(s.ts)), advance_addr(s.addr), s.size, s.fn, s.aux, s.stack);
+            event_time(w, ticks_to_ns(s.ts));
+            hslog::put_mmap(w, advance_addr(s.addr), s.size, s.fn, s.aux, s.stack);
             g_events++;
             break;
         case SlotKind::Munmap:
-            hslog::put_munmap(w, advance_time(ticks_to_ns(s.ts)), advance_addr(s.addr), s.size);
+            event_time(w, ticks_to_ns(s.ts));
+            hslog::put_munmap(w, advance_addr(s.addr), s.size);
             g_events++;
             break;
         case SlotKind::ThreadStart:
@@ -533,6 +571,7 @@ bool writer_open() {
     g_stream_ts = start_time_ns() / hslog::kTimeUnitNs;
     g_stream_addr = 0;
     g_stream_thread = UINT32_MAX;
+    block_ids_reset();
     g_durable_marker.store(0);
     g_marker_count = 0;
     g_last_flush_ns = now_ns();
@@ -626,6 +665,7 @@ void writer_stop(hslog::EndReason reason) {
 
 void writer_forget_after_fork() {
     g_writer_lock.reset();
+    raw_forget_after_fork();
     g_running.store(false);
     g_stop.store(false);
     g_intervals_closed.store(false);

@@ -11,7 +11,9 @@ namespace heapsnap {
 namespace {
 
 // Version 2: the stream position carries the stack count and highest id.
-const FileKind kCheckpointKind{"HSNAPCKP", 2, "checkpoint"};
+// Version 3 (log version 2): and the reader's block-id allocator (next id,
+// free list); live blocks are kept by id, with their address if the log has it.
+const FileKind kCheckpointKind{"HSNAPCKP", 3, "checkpoint"};
 constexpr size_t kFingerprintBytes = 4096;
 
 // FNV-1a over the log's first bytes (its header and process record): ties
@@ -44,6 +46,8 @@ std::optional<Checkpoint> load_checkpoint(const std::string& log) {
         c.position.thread = static_cast<uint32_t>(r.varint());
         c.position.stacks = r.varint();
         c.position.max_stack = static_cast<uint32_t>(r.varint());
+        c.position.next_block = static_cast<uint32_t>(r.varint());
+        for (uint64_t n = r.count(1); n-- && r.ok();) c.position.free_blocks.push_back(static_cast<uint32_t>(r.varint()));
         for (uint64_t n = r.count(4); n-- && r.ok();) {
             MarkerRecord m;
             bool has_data;
@@ -52,6 +56,7 @@ std::optional<Checkpoint> load_checkpoint(const std::string& log) {
         }
         c.state.assign(r.position(), r.position() + r.remaining());
         if (!r.ok()) return std::nullopt;
+        if (BlockIds ids; !ids.restore(c.position.next_block, c.position.free_blocks)) return std::nullopt;
         return c;
     } catch (const Error&) {
         return std::nullopt;
@@ -68,6 +73,9 @@ void save_checkpoint(const std::string& log, const StreamPosition& position, con
     o.varint(position.thread);
     o.varint(position.stacks);
     o.varint(position.max_stack);
+    o.varint(position.next_block);
+    o.varint(position.free_blocks.size());
+    for (uint32_t id : position.free_blocks) o.varint(id);
     o.varint(markers.size());
     for (const MarkerRecord& m : markers) put_marker(o, m, false);
     replay.save_state(o);

@@ -15,7 +15,8 @@
 // moment asked for is not after it, or when it cannot be read; a log
 // directory that is not writable simply gets none.
 //
-// Size: the live blocks (about 10 bytes each compressed), every stack
+// Size: the live blocks (about 10 bytes each compressed) and the free block
+// ids (bounded by the peak live set), every stack
 // definition and the live mappings — bounded by the live set and the number
 // of distinct stacks, not by the number of events.
 #pragma once

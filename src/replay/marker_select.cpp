@@ -81,11 +81,15 @@ public:
     }
 
 private:
-    // Time moments: the first event past the offset ends the replay
-    // without being applied.
+    // Time moments: the first event not before the offset ends the replay
+    // without being applied. Event times are exact to 1 ms
+    // (hslog::kEventTimeStep): an event stamped t happened in [t, t + 1 ms),
+    // so one stamped at the offset itself is not before it (and "0s" is the
+    // moment before every event).
     bool before(uint64_t t) {
         if (moment_.kind != Moment::Kind::Time || taken_) return !taken_;
-        if (t - process().start_ns <= moment_.offset_ns) return true;
+        uint64_t since_start = t > process().start_ns ? t - process().start_ns : 0;
+        if (since_start < moment_.offset_ns) return true;
         take_synthetic(process().start_ns + moment_.offset_ns, moment_.text);
         return false;
     }

@@ -35,25 +35,34 @@ StackTotals& Replay::stack_totals(uint32_t stack) {
     return per_stack_[stack];
 }
 
+void Replay::add_block(uint32_t block, const LiveBlock& b, uint64_t address) {
+    if (block >= blocks_.size()) [[unlikely]]
+        blocks_.resize(std::max<size_t>(block + 1, blocks_.size() * 2));
+    LiveBlock& slot = blocks_[block];
+    if (slot.live) [[unlikely]] {  // cannot happen with the reader's BlockIds; a checkpoint could say so
+        StackTotals& t = stack_totals(slot.stack);
+        t.bytes -= slot.size;
+        t.blocks--;
+        totals_.live_bytes -= slot.size;
+        totals_.live_blocks--;
+    }
+    slot = b;
+    slot.live = true;
+    slot.has_address = address != 0;
+    if (address) [[unlikely]]
+        block_address_.insert(block, address);
+    StackTotals& t = stack_totals(b.stack);
+    t.bytes += b.size;
+    t.blocks++;
+    totals_.live_bytes += b.size;
+    totals_.live_blocks++;
+}
+
 void Replay::on_alloc(const AllocEvent& e) {
     note_time(e.time_ns);
     totals_.events++;
     totals_.allocations++;
-    bool fresh;
-    LiveBlock* block = blocks_.slot(e.address, &fresh);
-    if (!fresh) {  // its free was not recorded: the old block is gone
-        StackTotals& t = stack_totals(block->stack);
-        t.bytes -= block->size;
-        t.blocks--;
-        totals_.live_bytes -= block->size;
-        totals_.live_blocks--;
-    }
-    *block = LiveBlock{e.size, e.time_ns, e.stack};
-    StackTotals& t = stack_totals(e.stack);
-    t.bytes += e.size;
-    t.blocks++;
-    totals_.live_bytes += e.size;
-    totals_.live_blocks++;
+    add_block(e.block, LiveBlock{e.size, e.time_ns, e.stack}, e.address);
     if (totals_.live_bytes > totals_.peak_bytes) {
         totals_.peak_bytes = totals_.live_bytes;
         totals_.peak_time_ns = e.time_ns;
@@ -63,11 +72,14 @@ void Replay::on_alloc(const AllocEvent& e) {
 void Replay::on_free(const FreeEvent& e) {
     note_time(e.time_ns);
     totals_.events++;
-    LiveBlock old;
-    if (!blocks_.erase(e.address, &old)) {
+    if (e.block >= blocks_.size() || !blocks_[e.block].live) {
         totals_.untracked_frees++;
         return;
     }
+    LiveBlock& old = blocks_[e.block];
+    old.live = false;
+    if (old.has_address) [[unlikely]]
+        block_address_.erase(e.block, nullptr);
     StackTotals& t = stack_totals(old.stack);
     t.bytes -= old.size;
     t.blocks--;
@@ -136,12 +148,14 @@ void Replay::save_state(ByteBuffer& o) const {
     for (const auto& [index, th] : threads_) put_thread(o, th);
     o.varint(stacks_.size());
     for (const auto& [id, frames] : stacks_) put_stack(o, id, frames);
-    o.varint(blocks_.size());
-    blocks_.for_each([&](uint64_t addr, const LiveBlock& b) {
-        o.varint(addr);
+    o.varint(totals_.live_blocks);
+    for_each_block([&](uint32_t id, const LiveBlock& b) {
+        o.varint(id);
         o.varint(b.size);
         o.varint(b.time_ns);
         o.varint(b.stack);
+        const uint64_t* address = b.has_address ? block_address_.find(id) : nullptr;
+        o.varint(address ? *address : 0);
     });
     o.varint(mappings_.size());
     for (const auto& [start, m] : mappings_) {
@@ -173,16 +187,18 @@ void Replay::load_state(codec::Reader& r) {
         uint32_t id = get_stack(r, frames);
         stacks_[id] = std::move(frames);
     }
-    // Per-stack totals follow from the live blocks and mappings.
-    for (uint64_t n = r.count(4); n-- && r.ok();) {
-        uint64_t addr = r.varint();
+    // Per-stack totals follow from the live blocks and mappings; the live
+    // totals were read above and are recounted by add_block.
+    uint64_t live_bytes = t.live_bytes, live_blocks = t.live_blocks;
+    t.live_bytes = t.live_blocks = 0;
+    for (uint64_t n = r.count(5); n-- && r.ok();) {
+        uint64_t id = r.varint();
         LiveBlock b{r.varint(), r.varint(), static_cast<uint32_t>(r.varint())};
-        if (!addr) continue;
-        blocks_.insert(addr, b);
-        StackTotals& st = stack_totals(b.stack);
-        st.bytes += b.size;
-        st.blocks++;
+        uint64_t address = r.varint();
+        if (id == 0 || id >= UINT32_MAX || !r.ok()) continue;
+        add_block(static_cast<uint32_t>(id), b, address);
     }
+    if (t.live_bytes != live_bytes || t.live_blocks != live_blocks) r.invalidate();
     for (uint64_t n = r.count(4); n-- && r.ok();) {
         uint64_t start = r.varint();
         LiveMapping m{r.varint(), r.varint(), static_cast<uint32_t>(r.varint())};
@@ -212,7 +228,7 @@ Snapshot Replay::snapshot(const MarkerRecord& marker, bool has_marker_data) cons
         a.oldest = std::min(a.oldest, t);
         a.newest = std::max(a.newest, t);
     };
-    blocks_.for_each([&](uint64_t, const LiveBlock& b) {
+    for_each_block([&](uint32_t, const LiveBlock& b) {
         if (b.stack < heap_age.size()) note(heap_age[b.stack], b.time_ns);
     });
     for (const auto& [start, m] : mappings_)
@@ -234,11 +250,13 @@ Snapshot Replay::snapshot(const MarkerRecord& marker, bool has_marker_data) cons
     }
 
     // What the recorder knows that /proc does not: which regions hold live
-    // heap blocks, which are thread stacks.
+    // heap blocks (those the log has addresses of: kAddressedAllocSize and
+    // more, so mmapped chunks and the arenas holding large blocks), which
+    // are thread stacks.
     if (has_marker_data) {
         std::vector<uint64_t> addresses;
-        addresses.reserve(blocks_.size());
-        blocks_.for_each([&](uint64_t addr, const LiveBlock&) { addresses.push_back(addr); });
+        addresses.reserve(block_address_.size());
+        block_address_.for_each([&](uint64_t, uint64_t address) { addresses.push_back(address); });
         std::sort(addresses.begin(), addresses.end());
         for (MapRegion& r : s.marker.regions) {
             if (r.hint != hslog::RegionHint::None) continue;
@@ -325,11 +343,10 @@ void HistoryReplay::on_alloc(const AllocEvent& e) {
     if (!admit()) return;
     ThreadState& t = thread_state(e.thread);
     settle(t, e.fn != hslog::AllocFn::Realloc && e.fn != hslog::AllocFn::Reallocarray);
-    if (const LiveBlock* old = find_block(e.address)) change(old->stack, -static_cast<int64_t>(old->size), -1);
     change(e.stack, static_cast<int64_t>(e.size), 1);
     Replay::on_alloc(e);
     if (totals().peak_bytes > peak_bytes_) fold_into_peak();
-    t.last_alloc = e.address;
+    t.last_alloc = e.block;
     heap_allocations_++;
     if (e.stack >= activity_.size()) activity_.resize(std::max<size_t>(e.stack + 1, activity_.size() * 2));
     activity_[e.stack].allocations++;
@@ -341,14 +358,14 @@ void HistoryReplay::on_free(const FreeEvent& e) {
     if (!admit()) return;
     ThreadState& t = thread_state(e.thread);
     settle(t, true);
-    if (const LiveBlock* block = find_block(e.address)) {
-        if (t.last_alloc == e.address) {
+    if (const LiveBlock* block = find_block(e.block)) {
+        if (t.last_alloc == e.block) {
             t.pending = true;
             t.pending_stack = block->stack;
         }
         change(block->stack, -static_cast<int64_t>(block->size), -1);
+        if (t.last_alloc == e.block) t.last_alloc = 0;
     }
-    if (t.last_alloc == e.address) t.last_alloc = 0;
     Replay::on_free(e);
     applied();
 }
@@ -372,7 +389,7 @@ void HistoryReplay::finish() {
 
 SizeHistogram HistoryReplay::live_sizes() const {
     SizeHistogram h;
-    for_each_block([&](uint64_t, const LiveBlock& b) { h.add(b.size); });
+    for_each_block([&](uint32_t, const LiveBlock& b) { h.add(b.size); });
     return h;
 }
 

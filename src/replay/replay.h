@@ -1,16 +1,16 @@
 // Replay of a .hslog: the live heap as it evolves, event by event.
 //
-// One streaming pass; memory is bounded by the live set (one 32-byte entry
-// per live block in an open-addressing table, one per live mapping) plus
-// the stacks and modules, never by the history. Per-stack live totals are
-// kept incrementally, so the state at any moment (a marker, the peak, a
-// time offset) is available without a second look at the blocks.
+// One streaming pass; memory is bounded by the live set (one 24-byte entry
+// per block id in a flat table indexed by id — ids are reused, so there are
+// as many as blocks were live at the peak — one per live mapping, and the
+// addresses of the live blocks that have one) plus the stacks and modules,
+// never by the history. Per-stack live totals are kept incrementally, so
+// the state at any moment (a marker, the peak, a time offset) is available
+// without a second look at the blocks.
 //
-// Frees of addresses that were never seen allocated (blocks inherited
-// across fork, allocations made before the recorder started) are counted
-// and otherwise ignored. An allocation at an address that is still live
-// (its free was not recorded) replaces the old block, which is counted as
-// freed.
+// Frees of blocks the recorder never saw allocated (inherited across fork,
+// allocated before the recorder started) are counted and otherwise
+// ignored.
 #pragma once
 
 #include <array>
@@ -32,6 +32,8 @@ struct LiveBlock {
     uint64_t size = 0;
     uint64_t time_ns = 0;
     uint32_t stack = 0;
+    bool live = false;
+    bool has_address = false;  // its address is in the log (hslog::kAddressedAllocSize)
 };
 
 struct LiveMapping {
@@ -77,10 +79,13 @@ protected:
     uint64_t last_time_ns_ = 0;
 
     // For subclasses that watch the live set (HistoryReplay).
-    const LiveBlock* find_block(uint64_t address) { return blocks_.find(address); }
+    const LiveBlock* find_block(uint32_t block) const {
+        return block < blocks_.size() && blocks_[block].live ? &blocks_[block] : nullptr;
+    }
     template <class Fn>
     void for_each_block(Fn&& fn) const {
-        blocks_.for_each(fn);
+        for (uint32_t id = 0; id < blocks_.size(); ++id)
+            if (blocks_[id].live) fn(id, blocks_[id]);
     }
     const std::map<uint32_t, std::vector<StackFrame>>& stack_table() const { return stacks_; }
 
@@ -88,8 +93,10 @@ private:
     void remove_mapping_range(uint64_t start, uint64_t end);
     StackTotals& stack_totals(uint32_t stack);
     void note_time(uint64_t t) { last_time_ns_ = t; }
+    void add_block(uint32_t block, const LiveBlock& b, uint64_t address);
 
-    FlatMap<LiveBlock> blocks_;
+    std::vector<LiveBlock> blocks_;     // by block id
+    FlatMap<uint64_t> block_address_;  // block id -> address, for the blocks whose address the log has
     std::map<uint64_t, LiveMapping> mappings_;  // by start address
     std::vector<StackTotals> per_stack_;        // by stack id
     std::map<uint32_t, std::vector<StackFrame>> stacks_;
@@ -179,7 +186,7 @@ public:
 
 private:
     struct ThreadState {
-        uint64_t last_alloc = 0;  // address of its latest allocation, until freed
+        uint32_t last_alloc = 0;  // block id of its latest allocation, until freed
         bool pending = false;     // freed its latest allocation; temporary unless a realloc's Alloc follows
         uint32_t pending_stack = 0;
     };

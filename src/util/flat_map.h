@@ -26,6 +26,7 @@ public:
             if (keys_[i] == 0) return nullptr;
         }
     }
+    const Value* find(uint64_t key) const { return const_cast<FlatMap*>(this)->find(key); }
 
     // The value slot for `key`, created (value-initialised) if absent;
     // `fresh` tells which. One probe sequence for "replace or add".

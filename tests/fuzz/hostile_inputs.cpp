@@ -174,22 +174,22 @@ std::vector<std::pair<std::string, Enc>> good_records(const std::string& module_
     r.emplace_back("thread-start", ts);
     r.emplace_back("marker", marker_record(1, hslog::MarkerCause::User, "A", 0));
     Enc a1;
-    a1.rec([](codec::Writer& w) { hslog::put_alloc(w, hslog::AllocFn::Malloc, 3, 0x555555560000, 100, 1); });
+    a1.rec([](codec::Writer& w) { hslog::put_time(w, 3); hslog::put_alloc(w, hslog::AllocFn::Malloc, 100, 1); });  // block 1
     r.emplace_back("alloc", a1);
     Enc a2;
-    a2.rec([](codec::Writer& w) { hslog::put_alloc(w, hslog::AllocFn::Calloc, 3, 0x100, 200, 2); });
+    a2.rec([](codec::Writer& w) { hslog::put_alloc(w, hslog::AllocFn::Calloc, 200, 2); });  // block 2
     r.emplace_back("alloc2", a2);
     Enc a3;
-    a3.rec([](codec::Writer& w) { hslog::put_alloc(w, hslog::AllocFn::Malloc, 3, 0x100, 300, 1); });
+    a3.rec([](codec::Writer& w) { hslog::put_alloc(w, hslog::AllocFn::Malloc, 300, 1); });  // block 3
     r.emplace_back("alloc3", a3);
     Enc fr;
-    fr.rec([](codec::Writer& w) { hslog::put_free(w, 2, 0); });  // frees the 300-byte block
+    fr.rec([](codec::Writer& w) { hslog::put_free(w, 3); });  // frees the 300-byte block
     r.emplace_back("free", fr);
     Enc mm;
-    mm.rec([](codec::Writer& w) { hslog::put_mmap(w, 2, 0x100000, 8192, 3, 0x22, 1); });
+    mm.rec([](codec::Writer& w) { hslog::put_mmap(w, 0x100000, 8192, 3, 0x22, 1); });
     r.emplace_back("mmap", mm);
     Enc mu;
-    mu.rec([](codec::Writer& w) { hslog::put_munmap(w, 2, 4096, 4096); });  // its second page
+    mu.rec([](codec::Writer& w) { hslog::put_munmap(w, 4096, 4096); });  // its second page
     r.emplace_back("munmap", mu);
     Enc te;
     te.rec([](codec::Writer& w) { hslog::put_thread_exit(w, 1, 1); });
@@ -285,22 +285,29 @@ void logs(const std::string& real_elf, const std::string& real_build_id) {
     big_id.rec([](codec::Writer& w) {
         hslog::put_stack_header(w, 4000000000u, 1);
         hslog::put_stack_frame(w, 1, 0x10);
-        hslog::put_alloc(w, hslog::AllocFn::Malloc, 1, 0x1000, 10, 4000000000u);
+        hslog::put_alloc(w, hslog::AllocFn::Malloc, 10, 4000000000u);
     });
     write_with("huge-stack-id.hslog", records, body, big_id);
     Enc undefined;
-    undefined.rec([](codec::Writer& w) { hslog::put_alloc(w, hslog::AllocFn::Malloc, 1, 0x1000, 10, 7); });
+    undefined.rec([](codec::Writer& w) { hslog::put_alloc(w, hslog::AllocFn::Malloc, 10, 7); });
     write_with("undefined-stack.hslog", records, body, undefined);
     Enc null_block;
-    null_block.rec([](codec::Writer& w) { hslog::put_alloc(w, hslog::AllocFn::Malloc, 1, -0x555555560000, 10, 1); });
+    null_block.rec([](codec::Writer& w) { hslog::put_alloc_at(w, hslog::AllocFn::Malloc, 0, 70000, 1); });
     write_with("alloc-at-null.hslog", records, index_of(records, "alloc") + 1, null_block);
+    // Block ids the reader's allocator has not given out, or has taken back.
+    Enc unknown_block;
+    unknown_block.rec([](codec::Writer& w) { hslog::put_free(w, 7); });
+    write_with("free-of-unknown-block.hslog", records, index_of(records, "alloc") + 1, unknown_block);
+    Enc twice;
+    twice.rec([](codec::Writer& w) { hslog::put_free(w, 3); });
+    write_with("free-twice.hslog", records, index_of(records, "free") + 1, twice);
     // A thread index near 2^32 is legal (a fork child keeps its parent's
     // numbering): it must work, without a table of 2^32 threads.
     Enc far_thread;
     far_thread.rec([](codec::Writer& w) {
         hslog::put_thread(w, 0xfffffff0u);
-        hslog::put_alloc(w, hslog::AllocFn::Malloc, 1, 0x1000, 10, 1);
-        hslog::put_free(w, 1, 0);
+        hslog::put_alloc(w, hslog::AllocFn::Malloc, 10, 1);
+        hslog::put_free(w, 1);
     });
     {
         std::vector<uint8_t> p = join(records, 0, body + 1);

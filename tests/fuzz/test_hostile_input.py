@@ -28,7 +28,7 @@ LOG_ERRORS = {
     "empty.hslog": "not a heapsnap log (bad magic)",
     "bad-magic.hslog": "not a heapsnap log (bad magic)",
     "short-header.hslog": "truncated heapsnap log: the header is incomplete",
-    "newer-version.hslog": "unsupported log format version 2 (this heapsnap reads version 1)",
+    "newer-version.hslog": "unsupported log format version 3 (this heapsnap reads version 2)",
     "version-max.hslog": "unsupported log format version 4294967295",
     "header-only.hslog": "truncated heapsnap log: no complete frame",
     "unknown-tag.hslog": "corrupt log: unknown record tag 85",
@@ -40,6 +40,8 @@ LOG_ERRORS = {
     "huge-stack-id.hslog": "corrupt log: truncated or malformed record in the frame at byte 16",
     "undefined-stack.hslog": "corrupt log: truncated or malformed record in the frame at byte 16",
     "alloc-at-null.hslog": "corrupt log: truncated or malformed record in the frame at byte 16",
+    "free-of-unknown-block.hslog": "corrupt log: truncated or malformed record in the frame at byte 16",
+    "free-twice.hslog": "corrupt log: truncated or malformed record in the frame at byte 16",
     "frame-huge-size.hslog": "corrupt log: bad frame header at byte",
     "frame-no-size.hslog": "corrupt log: bad frame header at byte",
 }

@@ -71,9 +71,9 @@ class CrashTest(HeapsnapTest):
         live = {}
         for kind, f in records:
             if kind == "alloc":
-                live[f["addr"]] = int(f["size"])
+                live[f["block"]] = int(f["size"])
             elif kind == "free":
-                live.pop(f["addr"], None)
+                live.pop(f.get("block"), None)
         self.assertEqual(sum(live.values()), 38157)
         self.assertEqual(len(live), 27)
         # The moment of most live heap bytes: just inside the churn loop.

@@ -133,11 +133,11 @@ class RunTest(HeapsnapTest):
             elif kind in ("alloc", "mmap"):
                 self.assertIn(f["stack"], defined, "stack used before its definition")
             if kind == "alloc":
-                self.assertNotIn(f["addr"], live)
-                live.add(f["addr"])
+                self.assertNotIn(f["block"], live)
+                live.add(f["block"])
             elif kind == "free":
-                self.assertIn(f["addr"], live, "free of an address that is not live")
-                live.remove(f["addr"])
+                self.assertIn(f.get("block"), live, "free of a block that is not live")
+                live.remove(f["block"])
         self.assertEqual(len(live), LIVE_BLOCKS)
         self.assertIsNotNone(exe_module, "no module record for the program")
         # Frame 0 of the malloc(100) stack is main, in the program itself.

@@ -72,10 +72,10 @@ class ThreadsTest(HeapsnapTest):
         for kind, f in records:
             if kind == "alloc" and f["fn"] == "malloc":
                 producers.add(f["thread"])
-                live[f["addr"]] = f["thread"]
-            elif kind == "free" and f["addr"] in live:
+                live[f["block"]] = f["thread"]
+            elif kind == "free" and f.get("block") in live:
                 consumers.add(f["thread"])
-                del live[f["addr"]]
+                del live[f["block"]]
         self.assertTrue(producers.isdisjoint(consumers), (producers, consumers))
         self.assertEqual(len(consumers), CONSUMERS)
 

@@ -27,12 +27,13 @@ struct Collect : LogVisitor {
     }
     void on_alloc(const AllocEvent& e) override {
         lines.push_back("alloc t=" + std::to_string(e.time_ns) + " thread=" + std::to_string(e.thread) +
-                        " addr=" + std::to_string(e.address) + " size=" + std::to_string(e.size) +
+                        " block=" + std::to_string(e.block) + " addr=" + std::to_string(e.address) +
+                        " size=" + std::to_string(e.size) +
                         " stack=" + std::to_string(e.stack));
     }
     void on_free(const FreeEvent& e) override {
         lines.push_back("free t=" + std::to_string(e.time_ns) + " thread=" + std::to_string(e.thread) +
-                        " addr=" + std::to_string(e.address));
+                        " block=" + std::to_string(e.block) + " addr=" + std::to_string(e.address));
     }
     void on_marker(const MarkerRecord& m) override {
         lines.push_back("marker " + std::to_string(m.index) + " " + m.label + " events=" + std::to_string(m.events));
@@ -52,7 +53,7 @@ std::string expect_error(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("log reader: records decode with time, address and thread state across frames") {
+TEST_CASE("log reader: records decode with time, address, block id and thread state across frames") {
     LogBuilder b;
     b.process();
     b.stack(1, {{0, 0x10}, {0, 0x20}});
@@ -61,6 +62,10 @@ TEST_CASE("log reader: records decode with time, address and thread state across
     b.alloc(1150000, 0x4000, 8, 1);
     b.frame();
     b.free_(1200000, 0x5000);
+    b.alloc(1250000, 0x7000000, 70000, 1);  // large: the address is kept
+    b.free_(1260000, 0x4000);
+    b.free_(1270000, 0x9000);  // never allocated: an untracked free names its address
+    b.alloc(1280000, 0x6000, 1, 1);  // reuses the last freed id, 2
     b.marker(1300000, 1, "A");
     b.end(1400000);
     b.frame();
@@ -68,17 +73,21 @@ TEST_CASE("log reader: records decode with time, address and thread state across
     Collect c;
     ReadSummary s = read_log(f.path, c);
     CHECK(s.frames == 2);
-    CHECK(s.events == 3);
+    CHECK(s.events == 7);
     CHECK(s.complete);
     CHECK_FALSE(s.truncated);
     std::vector<std::string> expected = {
         "process 42 /bin/prog argv=2",
         "stack 1 n=2",
-        "alloc t=1100000 thread=0 addr=20480 size=100 stack=1",
-        "alloc t=1150000 thread=1 addr=16384 size=8 stack=1",
-        "free t=1200000 thread=1 addr=20480",
-        "marker 1 A events=3",
-        "end events=3",
+        "alloc t=1100000 thread=0 block=1 addr=0 size=100 stack=1",
+        "alloc t=1150000 thread=1 block=2 addr=0 size=8 stack=1",
+        "free t=1200000 thread=1 block=1 addr=0",
+        "alloc t=1250000 thread=1 block=1 addr=117440512 size=70000 stack=1",
+        "free t=1260000 thread=1 block=2 addr=0",
+        "free t=1270000 thread=1 block=0 addr=36864",
+        "alloc t=1280000 thread=1 block=2 addr=0 size=1 stack=1",
+        "marker 1 A events=7",
+        "end events=7",
     };
     CHECK(c.lines == expected);
 }
@@ -112,12 +121,19 @@ TEST_CASE("log reader: bad input is refused with one clear message") {
     TempFile text{LogBuilder().write(std::vector<uint8_t>{'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd', '!', '!', '!', '!', '!'})};
     CHECK(expect_error(text.path) == text.path + ": not a heapsnap log (bad magic)");
 
+    LogBuilder older;
+    older.header(1);
+    older.process();
+    older.frame();
+    TempFile v1{older.write()};
+    CHECK(expect_error(v1.path) == v1.path + ": unsupported log format version 1 (this heapsnap reads version 2)");
+
     LogBuilder newer;
-    newer.header(2);
+    newer.header(3);
     newer.process();
     newer.frame();
-    TempFile v2{newer.write()};
-    CHECK(expect_error(v2.path) == v2.path + ": unsupported log format version 2 (this heapsnap reads version 1)");
+    TempFile v3{newer.write()};
+    CHECK(expect_error(v3.path) == v3.path + ": unsupported log format version 3 (this heapsnap reads version 2)");
 
     LogBuilder header_only;
     TempFile h{header_only.write()};
@@ -148,7 +164,7 @@ TEST_CASE("log reader: bad input is refused with one clear message") {
 
     LogBuilder cut_record;
     cut_record.process();
-    cut_record.raw_record({0x10, 0x00, 0x05});
+    cut_record.raw_record({0x30, 0x05});  // an Alloc (malloc) without its stack
     cut_record.frame();
     TempFile cr{cut_record.write()};
     CHECK(expect_error(cr.path) == cr.path + ": corrupt log: truncated or malformed record in the frame at byte 16");

@@ -7,10 +7,12 @@
 #include <zstd.h>
 
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "format/hslog.h"
+#include "format/log_reader.h"
 
 namespace heapsnap::test {
 
@@ -30,7 +32,9 @@ public:
     }
 
     // Start time 1 ms; pid 42; exe /bin/prog. Event times are nanoseconds
-    // and must be whole microseconds (hslog::kTimeUnitNs).
+    // and must be whole microseconds (hslog::kTimeUnitNs). Unlike the
+    // recorder, the builder writes a Time record before every event whose
+    // time differs, so tests keep exact times.
     void process() {
         codec::Writer w = room();
         w.u8(static_cast<uint8_t>(hslog::Tag::Process));
@@ -63,32 +67,50 @@ public:
         hslog::put_thread(w, index);
         done(w);
     }
-    void alloc(uint64_t t, uint64_t addr, uint64_t size, uint32_t stack) {
+    // Heap events name addresses, as the hooks see them; the builder keeps
+    // the block ids the way the recorder's writer does (block_ids.h).
+    void alloc(uint64_t t, uint64_t addr, uint64_t size, uint32_t stack,
+               hslog::AllocFn fn = hslog::AllocFn::Malloc) {
         codec::Writer w = room();
-        hslog::put_alloc(w, hslog::AllocFn::Malloc, (t - now_) / hslog::kTimeUnitNs, static_cast<int64_t>(addr - addr_), size, stack);
-        now_ = t;
-        addr_ = addr;
+        time(w, t);
+        if (auto it = live_.find(addr); it != live_.end()) {  // a missed free
+            hslog::put_free(w, it->second);
+            ids_.free(it->second);
+            events_++;
+        }
+        live_[addr] = ids_.alloc();
+        if (size >= hslog::kAddressedAllocSize)
+            hslog::put_alloc_at(w, fn, delta(addr), size, stack);
+        else
+            hslog::put_alloc(w, fn, size, stack);
+        events_++;
         done(w);
     }
     void free_(uint64_t t, uint64_t addr) {
         codec::Writer w = room();
-        hslog::put_free(w, (t - now_) / hslog::kTimeUnitNs, static_cast<int64_t>(addr - addr_));
-        now_ = t;
-        addr_ = addr;
+        time(w, t);
+        if (auto it = live_.find(addr); it != live_.end()) {
+            hslog::put_free(w, it->second);
+            ids_.free(it->second);
+            live_.erase(it);
+        } else {
+            hslog::put_free_unknown(w, delta(addr));
+        }
+        events_++;
         done(w);
     }
     void mmap(uint64_t t, uint64_t addr, uint64_t length, uint32_t stack) {
         codec::Writer w = room();
-        hslog::put_mmap(w, (t - now_) / hslog::kTimeUnitNs, static_cast<int64_t>(addr - addr_), length, 3, 0x22, stack);
-        now_ = t;
-        addr_ = addr;
+        time(w, t);
+        hslog::put_mmap(w, delta(addr), length, 3, 0x22, stack);
+        events_++;
         done(w);
     }
     void munmap(uint64_t t, uint64_t addr, uint64_t length) {
         codec::Writer w = room();
-        hslog::put_munmap(w, (t - now_) / hslog::kTimeUnitNs, static_cast<int64_t>(addr - addr_), length);
-        now_ = t;
-        addr_ = addr;
+        time(w, t);
+        hslog::put_munmap(w, delta(addr), length);
+        events_++;
         done(w);
     }
     // A marker without regions.
@@ -141,9 +163,15 @@ private:
         scratch_.assign(4096, 0);
         return codec::Writer(scratch_.data(), scratch_.size());
     }
-    void done(const codec::Writer& w) {
-        frame_.insert(frame_.end(), scratch_.data(), scratch_.data() + w.size());
-        if (scratch_[0] >= 0x10 && scratch_[0] < 0x14) events_++;
+    void done(const codec::Writer& w) { frame_.insert(frame_.end(), scratch_.data(), scratch_.data() + w.size()); }
+    void time(codec::Writer& w, uint64_t t) {
+        if (t > now_) hslog::put_time(w, (t - now_) / hslog::kTimeUnitNs);
+        if (t > now_) now_ = t;
+    }
+    int64_t delta(uint64_t addr) {
+        auto d = static_cast<int64_t>(addr - addr_);
+        addr_ = addr;
+        return d;
     }
 
     std::vector<uint8_t> file_;
@@ -152,6 +180,8 @@ private:
     uint64_t now_ = 1000000;
     uint64_t addr_ = 0;
     uint64_t events_ = 0;
+    std::map<uint64_t, uint32_t> live_;  // address -> block id
+    BlockIds ids_;
 };
 
 // Deletes the file (and the replay checkpoint a snapshot of it leaves) at

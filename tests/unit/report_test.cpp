@@ -5,6 +5,8 @@
 // count as allocation frames (by module name), as libc's malloc would.
 #include <doctest/doctest.h>
 
+#include <map>
+
 #include "log_test_util.h"
 #include "replay/marker_select.h"
 #include "replay/replay.h"
@@ -22,13 +24,21 @@ constexpr uint64_t us(uint64_t n) { return kStart + n * 1000; }
 // LogBuilder's process starts at 1 ms; the log counts time in microseconds.
 constexpr uint64_t log_us(uint64_t n) { return 1000000 + n * 1000; }
 
+// The events below name blocks by address, as the recorder's hooks see
+// them; these give them the block ids the log reader would (BlockIds).
+struct Blocks {
+    std::map<uint64_t, uint32_t> live;  // address -> id
+    BlockIds ids;
+} g_blocks;
+
 AllocEvent alloc(uint64_t t, uint32_t thread, uint64_t addr, uint64_t size, uint32_t stack,
                  hslog::AllocFn fn = hslog::AllocFn::Malloc) {
     AllocEvent e;
     e.time_ns = t;
     e.thread = thread;
     e.fn = fn;
-    e.address = addr;
+    e.block = g_blocks.live[addr] = g_blocks.ids.alloc();
+    e.address = size >= hslog::kAddressedAllocSize ? addr : 0;
     e.size = size;
     e.stack = stack;
     return e;
@@ -38,7 +48,13 @@ FreeEvent free_of(uint64_t t, uint32_t thread, uint64_t addr) {
     FreeEvent e;
     e.time_ns = t;
     e.thread = thread;
-    e.address = addr;
+    if (auto it = g_blocks.live.find(addr); it != g_blocks.live.end()) {
+        e.block = it->second;
+        g_blocks.ids.free(it->second);
+        g_blocks.live.erase(it);
+    } else {
+        e.address = addr;
+    }
     return e;
 }
 
@@ -47,6 +63,7 @@ FreeEvent free_of(uint64_t t, uint32_t thread, uint64_t addr) {
 // thread allocated); C is resized by realloc, not temporary; B is freed
 // after other allocations, not temporary.
 void feed(HistoryReplay& r) {
+    g_blocks = Blocks{};
     ProcessInfo p;
     p.pid = 7;
     p.exe = "/bin/prog";
