@@ -1,10 +1,9 @@
 // Little-endian varint codec shared by the recorder (writer side) and the
 // CLI (reader side) of every heapsnap file format.
 //
-// Why varints: most fields of a log record are small (time deltas of a few
-// hundred nanoseconds, sizes below 4 KiB, stack ids below a million), so an
-// unsigned LEB128 encoding keeps a typical allocation record at 6-10 bytes
-// before zstd. Signed quantities (address deltas) are zigzag-encoded first.
+// Why varints: most fields of a log record are small (sizes below 4 KiB,
+// stack and block ids below a million), so an unsigned LEB128 encoding
+// keeps a typical allocation record at 3-4 bytes before zstd. Signed quantities (address deltas) are zigzag-encoded first.
 //
 // The encoder writes into a caller-owned byte span and never allocates, so
 // the recorder can use it from inside malloc. The decoder is bounds-checked:

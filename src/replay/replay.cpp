@@ -29,13 +29,11 @@ void Replay::on_thread_exit(uint32_t thread, uint64_t time_ns) {
     threads_.erase(thread);
 }
 
-StackTotals& Replay::stack_totals(uint32_t stack) {
-    if (stack >= per_stack_.size()) [[unlikely]]
-        per_stack_.resize(std::max<size_t>(stack + 1, per_stack_.size() * 2));
-    return per_stack_[stack];
+void Replay::grow_stack_totals(uint32_t stack) {
+    per_stack_.resize(std::max<size_t>(stack + 1, per_stack_.size() * 2));
 }
 
-void Replay::add_block(uint32_t block, const LiveBlock& b, uint64_t address) {
+void Replay::add_block(uint32_t block, uint64_t size, uint64_t time_ns, uint32_t stack, uint64_t address) {
     if (block >= blocks_.size()) [[unlikely]]
         blocks_.resize(std::max<size_t>(block + 1, blocks_.size() * 2));
     LiveBlock& slot = blocks_[block];
@@ -46,15 +44,19 @@ void Replay::add_block(uint32_t block, const LiveBlock& b, uint64_t address) {
         totals_.live_bytes -= slot.size;
         totals_.live_blocks--;
     }
-    slot = b;
+    // Field by field: copying a whole LiveBlock built on the stack stalls
+    // store forwarding, and this runs once per allocation.
+    slot.size = size;
+    slot.time_ns = time_ns;
+    slot.stack = stack;
     slot.live = true;
     slot.has_address = address != 0;
     if (address) [[unlikely]]
         block_address_.insert(block, address);
-    StackTotals& t = stack_totals(b.stack);
-    t.bytes += b.size;
+    StackTotals& t = stack_totals(stack);
+    t.bytes += size;
     t.blocks++;
-    totals_.live_bytes += b.size;
+    totals_.live_bytes += size;
     totals_.live_blocks++;
 }
 
@@ -62,7 +64,7 @@ void Replay::on_alloc(const AllocEvent& e) {
     note_time(e.time_ns);
     totals_.events++;
     totals_.allocations++;
-    add_block(e.block, LiveBlock{e.size, e.time_ns, e.stack}, e.address);
+    add_block(e.block, e.size, e.time_ns, e.stack, e.address);
     if (totals_.live_bytes > totals_.peak_bytes) {
         totals_.peak_bytes = totals_.live_bytes;
         totals_.peak_time_ns = e.time_ns;
@@ -193,10 +195,11 @@ void Replay::load_state(codec::Reader& r) {
     t.live_bytes = t.live_blocks = 0;
     for (uint64_t n = r.count(5); n-- && r.ok();) {
         uint64_t id = r.varint();
-        LiveBlock b{r.varint(), r.varint(), static_cast<uint32_t>(r.varint())};
+        uint64_t size = r.varint(), time_ns = r.varint();
+        auto stack = static_cast<uint32_t>(r.varint());
         uint64_t address = r.varint();
         if (id == 0 || id >= UINT32_MAX || !r.ok()) continue;
-        add_block(static_cast<uint32_t>(id), b, address);
+        add_block(static_cast<uint32_t>(id), size, time_ns, stack, address);
     }
     if (t.live_bytes != live_bytes || t.live_blocks != live_blocks) r.invalidate();
     for (uint64_t n = r.count(4); n-- && r.ok();) {

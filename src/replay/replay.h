@@ -91,9 +91,15 @@ protected:
 
 private:
     void remove_mapping_range(uint64_t start, uint64_t end);
-    StackTotals& stack_totals(uint32_t stack);
+    // Inline: two calls per event on the replay's hot path.
+    StackTotals& stack_totals(uint32_t stack) {
+        if (stack >= per_stack_.size()) [[unlikely]]
+            grow_stack_totals(stack);
+        return per_stack_[stack];
+    }
+    void grow_stack_totals(uint32_t stack);
     void note_time(uint64_t t) { last_time_ns_ = t; }
-    void add_block(uint32_t block, const LiveBlock& b, uint64_t address);
+    void add_block(uint32_t block, uint64_t size, uint64_t time_ns, uint32_t stack, uint64_t address);
 
     std::vector<LiveBlock> blocks_;     // by block id
     FlatMap<uint64_t> block_address_;  // block id -> address, for the blocks whose address the log has
