@@ -78,6 +78,10 @@ public:
                 alloc(r, static_cast<hslog::AllocFn>(tag - kAllocTag), false);
             else if (tag == kFreeTag && has_process_) [[likely]]
                 free(r);
+            else if (tag == kThreadTag && has_process_)
+                thread_ = static_cast<uint32_t>(r.varint());
+            else if (tag == kTimeTag && has_process_)
+                advance(r);
             else
                 record(static_cast<hslog::Tag>(tag), r);
             if (!r.ok()) corrupt(frame_offset, "truncated or malformed record");
@@ -113,6 +117,8 @@ private:
     static constexpr uint8_t kAllocTag = static_cast<uint8_t>(hslog::Tag::Alloc);
     static constexpr uint8_t kAllocAtTag = static_cast<uint8_t>(hslog::Tag::AllocAt);
     static constexpr uint8_t kFreeTag = static_cast<uint8_t>(hslog::Tag::Free);
+    static constexpr uint8_t kThreadTag = static_cast<uint8_t>(hslog::Tag::Thread);
+    static constexpr uint8_t kTimeTag = static_cast<uint8_t>(hslog::Tag::Time);
 
     [[noreturn]] void corrupt(uint64_t offset, const std::string& what) {
         throw Error(path_ + ": corrupt log: " + what + " in the frame at byte " + std::to_string(offset));
@@ -235,8 +241,7 @@ private:
                 return true;
             }
             case Tag::Time:
-                units_ += r.varint();
-                now_ = units_ * hslog::kTimeUnitNs;
+                advance(r);
                 return true;
             case Tag::Mmap: {
                 MmapEvent e;

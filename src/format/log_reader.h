@@ -4,6 +4,11 @@
 // zstd frames one after another, decoding each frame's records and handing
 // them to a LogVisitor. It keeps only the current frame in memory.
 //
+// Besides the stream's clock, address and thread, the decoder runs the
+// block-id allocator of the format (BlockIds below), so every AllocEvent
+// arrives with the id of its block and a Free of an id that is not live is
+// caught as corruption before any visitor sees it.
+//
 // A file that ends inside a frame (crash, SIGKILL, or a reader racing the
 // writer) is read up to the last complete frame and reported through
 // `truncated()`: that is the normal state of a log whose process died, not

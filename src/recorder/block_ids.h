@@ -11,9 +11,11 @@
 // writer lock).
 //
 // Memory: an open-addressing table address -> id at most half full (16
-// bytes an entry, so about 32 bytes per live block) plus 4 bytes per id in
-// the free list; all from raw_map, so markers count it in the recorder's
-// own row. Nothing here calls malloc.
+// bytes an entry, so 32-64 bytes per live block with doubling) plus 4
+// bytes per id ever given out for the free list; all from raw_map, so
+// markers count it in the recorder's own row. Nothing here calls malloc.
+// In a fork child the parent's table is unmapped when the child's log
+// opens (writer_open): the child's log starts with no known blocks.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +23,8 @@
 namespace heapsnap::recorder {
 
 struct BlockAlloc {
-    bool ok = false;      // false: out of memory, the log can no longer be kept in step
-    uint32_t id = 0;      // the id the reader will give this block
+    bool ok = false;        // false: out of memory, the log can no longer be kept in step
+    uint32_t id = 0;        // the id the reader will give this block
     uint32_t replaced = 0;  // the id of a block still live at the same address (its free was missed), or 0
 };
 
