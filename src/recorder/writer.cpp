@@ -27,6 +27,7 @@
 #include "recorder/metadata_queue.h"
 #include "recorder/modules.h"
 #include "recorder/raw_alloc.h"
+#include "recorder/stack_table.h"
 #include "recorder/thread_buffer.h"
 
 namespace heapsnap::recorder {
@@ -159,7 +160,20 @@ int64_t advance_addr(uint64_t addr) {
     return delta;
 }
 
+// The one-frame stack of an allocation made by a signal handler during its
+// thread's stack capture (kDeferredStack), interned here and defined in the
+// log before the event that uses it.
+uint32_t intern_deferred(const Slot& s) {
+    uint64_t caller = deferred_caller(s);
+    uint32_t stack = intern_stack(&caller, 1);
+    LockGuard guard(metadata_lock());
+    metadata_drain([](const uint8_t* data, size_t size) { put_raw_record(data, size); });
+    return stack;
+}
+
 void encode(const Slot& s) {
+    uint32_t stack = s.stack;
+    if (s.kind == SlotKind::Alloc && stack == kDeferredStack) stack = intern_deferred(s);
     codec::Writer w = reserve(hslog::kMaxEventRecord + 1 + codec::kMaxVarint);
     if (s.thread != g_stream_thread && s.kind != SlotKind::Marker) {
         hslog::put_thread(w, s.thread);
@@ -168,7 +182,7 @@ void encode(const Slot& s) {
     switch (s.kind) {
         case SlotKind::Alloc:
             hslog::put_alloc(w, static_cast<hslog::AllocFn>(s.fn), advance_time(ticks_to_ns(s.ts)), advance_addr(s.addr), s.size,
-                             s.stack);
+                             stack);
             g_events++;
             break;
         case SlotKind::Free:

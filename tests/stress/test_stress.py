@@ -105,11 +105,9 @@ class StressTest(UnchangedTest):
         self.assertEqual(result.stdout, b"signal_alloc: 2000 signals, 20 kept\n")
         self.assert_replays(self.one_log(logs), ended=("exit",))
 
-    # Recorder bug "signal": an allocation made by a signal handler that
-    # interrupted the recorder's own hook on the same thread is not recorded
-    # (about 40% of the handler's 2000 malloc(48) and some of its 20 kept
-    # blocks are missing from the log), so the live set is short.
-    @unittest.expectedFailure
+    # Every allocation of a signal handler is recorded, also those that
+    # interrupted the recorder's own stack capture on the same thread (they
+    # get the handler's function as a one-frame stack).
     def test_signal_handler_allocations_recorded(self):
         _, logs = self.run_recorded([program("stress_signal_alloc")])
         log = self.one_log(logs)
