@@ -156,14 +156,9 @@ class StressTest(UnchangedTest):
                 self.assert_error(["snapshot", log, "--at", "exit", "-o", self.path("x.hsnap")],
                                   "did not exit normally")
 
-    # Recorder bug "header-only": a process that ends (_exit, a signal)
-    # before the writer's first frame cut, ~100 ms after start, leaves a
-    # 16-byte log, just the header, that every command rejects ("truncated
-    # heapsnap log: no complete frame"), although `heapsnap run` names it.
-    # Shell helpers (dash leaves by _exit) and a `sort` killed by SIGPIPE
-    # leave such logs (tests/realworld). Losing the last events is allowed
-    # (formats/hslog.md); an unreadable log is not: the Process record and
-    # the module map could be cut into a frame when the log is created.
+    # A process that ends (_exit, a signal) before the writer's first timed
+    # frame cut still leaves a readable log: the Process record is written
+    # when the log is created. (Its last events may be lost, formats/hslog.md.)
     def test_quick_exit_log_readable(self):
         result, logs = self.assert_unchanged([program("stress_dying"), "now"], status=4)
         self.assertEqual(result.stdout, b"dying: now\n")
