@@ -44,6 +44,7 @@
 #include "recorder/lifecycle.h"
 #include "recorder/modules.h"
 #include "recorder/raw_alloc.h"
+#include "recorder/sampler.h"
 #include "recorder/stack_table.h"
 #include "recorder/thread_buffer.h"
 #include "recorder/writer.h"
@@ -206,7 +207,7 @@ uint32_t stack_now() {
     return stack;
 }
 
-void record_alloc(AllocFn fn, const void* p, size_t size, uint64_t caller) {
+void record_alloc_unsampled(AllocFn fn, const void* p, size_t size, uint64_t caller) {
     Slot slot{};
     slot.kind = SlotKind::Alloc;
     slot.fn = static_cast<uint8_t>(fn);
@@ -219,11 +220,20 @@ void record_alloc(AllocFn fn, const void* p, size_t size, uint64_t caller) {
     emit(slot);
 }
 
-void record_free(const void* p) {
+// Records an allocation (when sampling: if it is sampled).
+void record_alloc(AllocFn fn, const void* p, size_t size, uint64_t caller) {
+    if (sampling() && !sample_allocation(reinterpret_cast<uint64_t>(p), size)) return;
+    record_alloc_unsampled(fn, p, size, caller);
+}
+
+// Records a free (when sampling: if its block was sampled); true if it did.
+bool record_free(const void* p) {
+    if (sampling() && !release_sampled(reinterpret_cast<uint64_t>(p))) return false;
     Slot slot{};
     slot.kind = SlotKind::Free;
     slot.addr = reinterpret_cast<uint64_t>(p);
     emit(slot);
+    return true;
 }
 
 void record_mmap(const void* p, size_t length, int prot, int flags) {
@@ -340,14 +350,15 @@ void* reallocate(AllocFn fn, void* old, size_t size, uint64_t caller) {
         return fresh;
     }
     bool record = should_record();
-    if (record && old) record_free(old);
+    bool old_recorded = record && old && record_free(old);
     void* p = real.realloc(old, size);
     if (record) {
         if (p) {
             record_alloc(fn, p, size, caller);
-        } else if (size && old) {
+        } else if (size && old_recorded) {
             // Failed: the old block is still live; record it again.
-            record_alloc(fn, old, malloc_usable_size(old), caller);
+            if (sampling()) keep_sampled(reinterpret_cast<uint64_t>(old));
+            record_alloc_unsampled(fn, old, malloc_usable_size(old), caller);
         }
     }
     return p;

@@ -384,6 +384,7 @@ void write_process_record(codec::Writer& w) {
         close(fd);
     }
     w.bytes(cmdline, len);
+    w.varint(config().sample_bytes);
 }
 
 // Expands %p (pid), %e (executable name) and %% in the pattern.

@@ -11,7 +11,8 @@ namespace heapsnap {
 namespace {
 
 // Version 2: the stream position carries the stack count and highest id.
-const FileKind kCheckpointKind{"HSNAPCKP", 2, "checkpoint"};
+// Version 3: sample_bytes in the process, a weight per live block.
+const FileKind kCheckpointKind{"HSNAPCKP", 3, "checkpoint"};
 constexpr size_t kFingerprintBytes = 4096;
 
 // FNV-1a over the log's first bytes (its header and process record): ties

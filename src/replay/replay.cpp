@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "replay/sampling.h"
+
 namespace heapsnap {
 
 void Replay::on_process(const ProcessInfo& p) {
@@ -38,22 +40,23 @@ StackTotals& Replay::stack_totals(uint32_t stack) {
 void Replay::on_alloc(const AllocEvent& e) {
     note_time(e.time_ns);
     totals_.events++;
-    totals_.allocations++;
     bool fresh;
     LiveBlock* block = blocks_.slot(e.address, &fresh);
     if (!fresh) {  // its free was not recorded: the old block is gone
         StackTotals& t = stack_totals(block->stack);
-        t.bytes -= block->size;
-        t.blocks--;
-        totals_.live_bytes -= block->size;
-        totals_.live_blocks--;
+        t.bytes -= block->bytes();
+        t.blocks -= block->weight;
+        totals_.live_bytes -= block->bytes();
+        totals_.live_blocks -= block->weight;
     }
-    *block = LiveBlock{e.size, e.time_ns, e.stack};
+    auto weight = static_cast<uint32_t>(sample_weight(e.size, process_.sample_bytes, e.address ^ e.time_ns));
+    totals_.allocations += weight;
+    *block = LiveBlock{e.size, e.time_ns, e.stack, weight};
     StackTotals& t = stack_totals(e.stack);
-    t.bytes += e.size;
-    t.blocks++;
-    totals_.live_bytes += e.size;
-    totals_.live_blocks++;
+    t.bytes += block->bytes();
+    t.blocks += weight;
+    totals_.live_bytes += block->bytes();
+    totals_.live_blocks += weight;
     if (totals_.live_bytes > totals_.peak_bytes) {
         totals_.peak_bytes = totals_.live_bytes;
         totals_.peak_time_ns = e.time_ns;
@@ -69,10 +72,10 @@ void Replay::on_free(const FreeEvent& e) {
         return;
     }
     StackTotals& t = stack_totals(old.stack);
-    t.bytes -= old.size;
-    t.blocks--;
-    totals_.live_bytes -= old.size;
-    totals_.live_blocks--;
+    t.bytes -= old.bytes();
+    t.blocks -= old.weight;
+    totals_.live_bytes -= old.bytes();
+    totals_.live_blocks -= old.weight;
 }
 
 // Unmaps [start, end) from the tracked mappings, splitting partially
@@ -142,6 +145,7 @@ void Replay::save_state(ByteBuffer& o) const {
         o.varint(b.size);
         o.varint(b.time_ns);
         o.varint(b.stack);
+        o.varint(b.weight);
     });
     o.varint(mappings_.size());
     for (const auto& [start, m] : mappings_) {
@@ -174,14 +178,14 @@ void Replay::load_state(codec::Reader& r) {
         stacks_[id] = std::move(frames);
     }
     // Per-stack totals follow from the live blocks and mappings.
-    for (uint64_t n = r.count(4); n-- && r.ok();) {
+    for (uint64_t n = r.count(5); n-- && r.ok();) {
         uint64_t addr = r.varint();
-        LiveBlock b{r.varint(), r.varint(), static_cast<uint32_t>(r.varint())};
+        LiveBlock b{r.varint(), r.varint(), static_cast<uint32_t>(r.varint()), static_cast<uint32_t>(r.varint())};
         if (!addr) continue;
         blocks_.insert(addr, b);
         StackTotals& st = stack_totals(b.stack);
-        st.bytes += b.size;
-        st.blocks++;
+        st.bytes += b.bytes();
+        st.blocks += b.weight;
     }
     for (uint64_t n = r.count(4); n-- && r.ok();) {
         uint64_t start = r.varint();
@@ -253,7 +257,7 @@ Snapshot Replay::snapshot(const MarkerRecord& marker, bool has_marker_data) cons
 
 // ---- History -----------------------------------------------------------------
 
-void AllocationTimeline::add(uint64_t offset_ns) {
+void AllocationTimeline::add(uint64_t offset_ns, uint64_t count) {
     uint64_t slice = offset_ns / slice_ns;
     while (slice >= kSlices) {
         std::vector<uint64_t> merged((counts.size() + 1) / 2, 0);
@@ -263,7 +267,7 @@ void AllocationTimeline::add(uint64_t offset_ns) {
         slice = offset_ns / slice_ns;
     }
     if (slice >= counts.size()) counts.resize(slice + 1, 0);
-    counts[slice]++;
+    counts[slice] += count;
 }
 
 bool HistoryReplay::admit() {
@@ -288,9 +292,9 @@ void HistoryReplay::settle(ThreadState& t, bool temporary) {
     if (!t.pending) return;
     t.pending = false;
     if (!temporary) return;
-    temporary_++;
+    temporary_ += t.pending_weight;
     if (t.pending_stack >= activity_.size()) activity_.resize(t.pending_stack + 1);
-    activity_[t.pending_stack].temporary++;
+    activity_[t.pending_stack].temporary += t.pending_weight;
 }
 
 void HistoryReplay::change(uint32_t stack, int64_t bytes, int64_t blocks) {
@@ -325,15 +329,17 @@ void HistoryReplay::on_alloc(const AllocEvent& e) {
     if (!admit()) return;
     ThreadState& t = thread_state(e.thread);
     settle(t, e.fn != hslog::AllocFn::Realloc && e.fn != hslog::AllocFn::Reallocarray);
-    if (const LiveBlock* old = find_block(e.address)) change(old->stack, -static_cast<int64_t>(old->size), -1);
-    change(e.stack, static_cast<int64_t>(e.size), 1);
+    if (const LiveBlock* old = find_block(e.address))
+        change(old->stack, -static_cast<int64_t>(old->bytes()), -static_cast<int64_t>(old->weight));
     Replay::on_alloc(e);
+    const LiveBlock* block = find_block(e.address);
+    change(e.stack, static_cast<int64_t>(block->bytes()), block->weight);
     if (totals().peak_bytes > peak_bytes_) fold_into_peak();
     t.last_alloc = e.address;
-    heap_allocations_++;
+    heap_allocations_ += block->weight;
     if (e.stack >= activity_.size()) activity_.resize(std::max<size_t>(e.stack + 1, activity_.size() * 2));
-    activity_[e.stack].allocations++;
-    timeline_.add(e.time_ns >= process_.start_ns ? e.time_ns - process_.start_ns : 0);
+    activity_[e.stack].allocations += block->weight;
+    timeline_.add(e.time_ns >= process_.start_ns ? e.time_ns - process_.start_ns : 0, block->weight);
     applied();
 }
 
@@ -345,8 +351,9 @@ void HistoryReplay::on_free(const FreeEvent& e) {
         if (t.last_alloc == e.address) {
             t.pending = true;
             t.pending_stack = block->stack;
+            t.pending_weight = block->weight;
         }
-        change(block->stack, -static_cast<int64_t>(block->size), -1);
+        change(block->stack, -static_cast<int64_t>(block->bytes()), -static_cast<int64_t>(block->weight));
     }
     if (t.last_alloc == e.address) t.last_alloc = 0;
     Replay::on_free(e);
@@ -372,7 +379,7 @@ void HistoryReplay::finish() {
 
 SizeHistogram HistoryReplay::live_sizes() const {
     SizeHistogram h;
-    for_each_block([&](uint64_t, const LiveBlock& b) { h.add(b.size); });
+    for_each_block([&](uint64_t, const LiveBlock& b) { h.add(b.size, b.weight); });
     return h;
 }
 

@@ -6,6 +6,10 @@
 // kept incrementally, so the state at any moment (a marker, the peak, a
 // time offset) is available without a second look at the blocks.
 //
+// A sampled log is scaled here, per block (replay/sampling.h): every total
+// and entry downstream is already an estimate, and says so through
+// process().sample_bytes.
+//
 // Frees of addresses that were never seen allocated (blocks inherited
 // across fork, allocations made before the recorder started) are counted
 // and otherwise ignored. An allocation at an address that is still live
@@ -32,6 +36,8 @@ struct LiveBlock {
     uint64_t size = 0;
     uint64_t time_ns = 0;
     uint32_t stack = 0;
+    uint32_t weight = 1;  // blocks it stands for: 1, or more in a sampled log (replay/sampling.h)
+    uint64_t bytes() const { return size * weight; }
 };
 
 struct LiveMapping {
@@ -111,9 +117,9 @@ struct SizeHistogram {
     static size_t class_of(uint64_t size) { return static_cast<size_t>(std::bit_width(size)); }
     static uint64_t class_min(size_t k) { return k ? uint64_t{1} << (k - 1) : 0; }
     static uint64_t class_max(size_t k) { return k == 64 ? UINT64_MAX : k ? (uint64_t{1} << k) - 1 : 0; }
-    void add(uint64_t size) {
-        blocks[class_of(size)]++;
-        bytes[class_of(size)] += size;
+    void add(uint64_t size, uint64_t count = 1) {
+        blocks[class_of(size)] += count;
+        bytes[class_of(size)] += size * count;
     }
 };
 
@@ -128,7 +134,7 @@ struct AllocationTimeline {
     uint64_t slice_ns = 1000;
     std::vector<uint64_t> counts;  // slice i: [i, i+1) * slice_ns after process start
 
-    void add(uint64_t offset_ns);
+    void add(uint64_t offset_ns, uint64_t count = 1);
 };
 
 struct StackActivity {
@@ -182,6 +188,7 @@ private:
         uint64_t last_alloc = 0;  // address of its latest allocation, until freed
         bool pending = false;     // freed its latest allocation; temporary unless a realloc's Alloc follows
         uint32_t pending_stack = 0;
+        uint32_t pending_weight = 0;  // blocks the pending one stands for
     };
     struct Change {
         int64_t bytes = 0;

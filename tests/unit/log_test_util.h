@@ -31,7 +31,7 @@ public:
 
     // Start time 1 ms; pid 42; exe /bin/prog. Event times are nanoseconds
     // and must be whole microseconds (hslog::kTimeUnitNs).
-    void process() {
+    void process(uint64_t sample_bytes = 0) {
         codec::Writer w = room();
         w.u8(static_cast<uint8_t>(hslog::Tag::Process));
         w.str("test");
@@ -45,6 +45,7 @@ public:
         w.varint(64);
         w.str("/bin/prog");
         w.bytes("prog\0-x", 7);
+        w.varint(sample_bytes);
         done(w);
     }
     void stack(uint32_t id, std::vector<std::pair<uint32_t, uint64_t>> frames) {
