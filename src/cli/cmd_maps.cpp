@@ -13,6 +13,7 @@
 #include "format/snapshot_file.h"
 #include "report/render.h"
 #include "util/error.h"
+#include "util/human.h"
 
 namespace heapsnap::cli {
 
@@ -27,6 +28,7 @@ struct MapsOptions {
 
 int maps(const MapsOptions& o) {
     addrspace::AddressSpaceSummary summary;
+    uint64_t sample_bytes = 0;  // the tracked figures are estimates when sampled
     struct stat st;
     bool pid = !o.target.empty() && o.target.find_first_not_of("0123456789") == std::string::npos &&
                stat(o.target.c_str(), &st) != 0;
@@ -43,14 +45,17 @@ int maps(const MapsOptions& o) {
         if (!s.has_marker_data)
             throw Error(o.target + ": this moment has no address-space data (only markers capture it)");
         summary = summarize_snapshot(s);
+        sample_bytes = s.process.sample_bytes;
     }
     if (o.format == "json") {
         nlohmann::json doc = addrspace::to_json(summary);
         doc["format"] = "heapsnap-maps";
         doc["version"] = 1;
+        doc["sample_bytes"] = sample_bytes;
         std::cout << json_text(doc) << "\n";
     } else {
         std::cout << addrspace::render_text(summary, stdout_wants_color());
+        if (sample_bytes) std::cout << sampling_note(sample_bytes) << "\n";
     }
     return kExitOk;
 }

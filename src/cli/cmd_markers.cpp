@@ -41,6 +41,7 @@ int markers(const MarkersOptions& o) {
                               {"log", o.log},
                               {"pid", listing.process.pid},
                               {"exe", listing.process.exe},
+                              {"sample_bytes", listing.process.sample_bytes},
                               {"complete", listing.complete},
                               {"truncated", listing.truncated},
                               {"markers", std::move(rows)}};
@@ -54,6 +55,7 @@ int markers(const MarkersOptions& o) {
                                      r.time_s, r.marker.label, size(r.live_bytes), r.live_blocks,
                                      size(r.marker.rss_kb * 1024), r.marker.events, r.marker.threads);
         if (listing.rows.empty()) std::cout << "(no markers)\n";
+        if (listing.process.sample_bytes) std::cout << sampling_note(listing.process.sample_bytes) << "\n";
     }
     if (listing.truncated) warn(o.log + ": the log ends inside a frame; markers up to the last complete frame are shown");
     return kExitOk;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "format/hslog.h"
 #include "util/error.h"
 
 namespace heapsnap::cli {
@@ -30,6 +31,7 @@ struct RunOptions {
     double interval = 0;
     std::string unwind = "auto";
     unsigned depth = 64;
+    uint64_t sample_bytes = 0;
     std::vector<std::string> command;
 };
 
@@ -116,6 +118,10 @@ int run(const RunOptions& o) {
     setenv("HEAPSNAP_PATHS_FILE", paths_file.c_str(), 1);
     setenv("HEAPSNAP_DEPTH", std::to_string(o.depth).c_str(), 1);
     setenv("HEAPSNAP_UNWIND", o.unwind.c_str(), 1);
+    if (o.sample_bytes)
+        setenv("HEAPSNAP_SAMPLE_BYTES", std::to_string(o.sample_bytes).c_str(), 1);
+    else
+        unsetenv("HEAPSNAP_SAMPLE_BYTES");
     if (o.interval > 0)
         setenv("HEAPSNAP_INTERVAL", std::to_string(o.interval).c_str(), 1);
     else
@@ -176,6 +182,12 @@ void setup_run(CLI::App& app, Action& action) {
         ->check(CLI::IsMember({"auto", "dwarf", "fp"}))
         ->default_val(o->unwind);
     sub->add_option("--depth", o->depth, "Frames kept per stack")->check(CLI::Range(1, 256))->default_val(o->depth);
+    sub->add_option("--sample-bytes", o->sample_bytes,
+                    "Record a random sample of allocations, one per N bytes on average (Poisson; blocks of N bytes "
+                    "or more always); every output then shows scaled estimates, marked as sampled. Suffixes K, M, "
+                    "G = KiB, MiB, GiB. Default: every allocation")
+        ->transform(CLI::AsSizeValue(false))
+        ->check(CLI::Range(uint64_t{1}, hslog::kMaxSampleBytes));
     sub->add_option("command", o->command, "PROGRAM [ARGS...], after --")->required();
     sub->footer("Example:\n  heapsnap run -- ./server --port 8080\n  heapsnap run -o /tmp/app.%p.hslog --interval 5 -- ./app");
     sub->callback([o, &action] { action = [o] { return run(*o); }; });

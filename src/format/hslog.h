@@ -66,6 +66,9 @@ inline constexpr uint64_t kAddressedAllocSize = 64 * 1024;
 // reader refuses frames announcing more than kMaxFramePayload (corrupt).
 inline constexpr uint32_t kFramePayload = 256 * 1024;
 inline constexpr uint32_t kMaxFramePayload = 64 * 1024 * 1024;
+// Largest sampling distance a recorder accepts (HEAPSNAP_SAMPLE_BYTES): 1
+// GiB, so a sampled block never stands for more than 2^32 blocks.
+inline constexpr uint64_t kMaxSampleBytes = uint64_t{1} << 30;
 
 enum class Tag : uint8_t {
     Process = 0x01,

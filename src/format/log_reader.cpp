@@ -310,6 +310,8 @@ private:
             if (nul == std::string_view::npos) break;
             cmdline.remove_prefix(nul + 1);
         }
+        p.sample_bytes = r.varint();
+        if (p.sample_bytes > hslog::kMaxSampleBytes) throw Error(path_ + ": corrupt log: sample_bytes out of range");
         if (!r.ok()) return true;
         units_ = p.start_ns / hslog::kTimeUnitNs;
         now_ = p.start_ns;

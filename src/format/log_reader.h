@@ -38,6 +38,7 @@ struct ProcessInfo {
     uint32_t max_depth = 0;
     std::string exe;
     std::vector<std::string> argv;
+    uint64_t sample_bytes = 0;  // 0: every allocation recorded; else Poisson byte sampling (hslog.md)
 };
 
 struct ModuleRecord {

@@ -24,6 +24,7 @@ void put_process(ByteBuffer& o, const ProcessInfo& p) {
     o.str(p.exe);
     o.varint(p.argv.size());
     for (const auto& a : p.argv) o.str(a);
+    o.varint(p.sample_bytes);
 }
 
 void put_marker(ByteBuffer& o, const MarkerRecord& m, bool has_data) {
@@ -68,6 +69,7 @@ void get_process(codec::Reader& r, ProcessInfo& p) {
     p.exe = std::string(r.str());
     uint64_t n = r.count(1);
     for (uint64_t i = 0; i < n && r.ok(); ++i) p.argv.emplace_back(r.str());
+    p.sample_bytes = r.varint();
 }
 
 void get_marker(codec::Reader& r, MarkerRecord& m, bool& has_data) {

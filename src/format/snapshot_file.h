@@ -26,7 +26,7 @@
 
 namespace heapsnap {
 
-inline constexpr uint32_t kSnapshotVersion = 1;
+inline constexpr uint32_t kSnapshotVersion = 2;  // 2: Process has sample_bytes
 
 enum class EntryKind : uint8_t { Heap = 0, Mmap = 1 };
 

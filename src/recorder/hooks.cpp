@@ -7,10 +7,12 @@
 //     (thread_buffer.h);
 //   - nothing is recorded while thread_state().internal is set: the
 //     recorder's own allocations (libunwind caches, pthread internals) are
-//     not the program's. A signal handler that allocates while its thread
-//     is inside the unwinder is not recorded either (it cannot be told
-//     apart, and libunwind is not reentrant); one that interrupts any other
-//     part of a hook is recorded normally (thread_buffer.h).
+//     not the program's. The exception is stack capture, which never
+//     allocates: an allocation then comes from a signal handler, and is
+//     recorded with its caller as a one-frame stack, because libunwind and
+//     the stack table cannot be re-entered (thread_buffer.h,
+//     kDeferredStack). A handler that interrupts any other part of a hook
+//     is recorded normally.
 //
 // dlopen/dlclose are observed, not interposed: glibc resolves $ORIGIN and
 // RUNPATH from dlopen's caller, and a wrapper would make the caller this
@@ -42,6 +44,7 @@
 #include "recorder/lifecycle.h"
 #include "recorder/modules.h"
 #include "recorder/raw_alloc.h"
+#include "recorder/sampler.h"
 #include "recorder/stack_table.h"
 #include "recorder/thread_buffer.h"
 #include "recorder/writer.h"
@@ -135,7 +138,13 @@ bool ready() {
 
 // ---- recording ------------------------------------------------------------
 
-bool should_record() { return thread_state().internal == 0 && recorder_active(); }
+bool should_record() {
+    const ThreadState& t = thread_state();
+    return (t.internal == 0 || t.capturing) && recorder_active();
+}
+
+// The hooked function's return address: the program code that called it.
+#define HEAPSNAP_CALLER reinterpret_cast<uint64_t>(__builtin_return_address(0))
 
 // --unwind fp: follow the saved frame pointers. Correct only for code built
 // with them (-fno-omit-frame-pointer); a frame without one ends the stack
@@ -181,29 +190,50 @@ uint32_t capture_stack() {
     return intern_stack(reinterpret_cast<const uint64_t*>(ips), kept);
 }
 
+// Stack id 0 ("no stack") for an mmap from a signal handler that
+// interrupted a capture: the slot has no room for its caller.
 uint32_t stack_now() {
     ThreadState& t = thread_state();
+    if (t.capturing) return 0;
+    // capturing covers internal on both sides: a signal handler never finds
+    // internal set without capturing, so it is never passed through.
+    t.capturing = true;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
     t.internal++;
     uint32_t stack = capture_stack();
     t.internal--;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    t.capturing = false;
     return stack;
 }
 
-void record_alloc(AllocFn fn, const void* p, size_t size) {
+void record_alloc_unsampled(AllocFn fn, const void* p, size_t size, uint64_t caller) {
     Slot slot{};
     slot.kind = SlotKind::Alloc;
     slot.fn = static_cast<uint8_t>(fn);
     slot.addr = reinterpret_cast<uint64_t>(p);
     slot.size = size;
-    slot.stack = stack_now();
+    if (thread_state().capturing)
+        set_deferred_caller(slot, caller);
+    else
+        slot.stack = stack_now();
     emit(slot);
 }
 
-void record_free(const void* p) {
+// Records an allocation (when sampling: if it is sampled).
+void record_alloc(AllocFn fn, const void* p, size_t size, uint64_t caller) {
+    if (sampling() && !sample_allocation(reinterpret_cast<uint64_t>(p), size)) return;
+    record_alloc_unsampled(fn, p, size, caller);
+}
+
+// Records a free (when sampling: if its block was sampled); true if it did.
+bool record_free(const void* p) {
+    if (sampling() && !release_sampled(reinterpret_cast<uint64_t>(p))) return false;
     Slot slot{};
     slot.kind = SlotKind::Free;
     slot.addr = reinterpret_cast<uint64_t>(p);
     emit(slot);
+    return true;
 }
 
 void record_mmap(const void* p, size_t length, int prot, int flags) {
@@ -284,7 +314,7 @@ using namespace heapsnap::recorder;
 HEAPSNAP_EXPORT void* malloc(size_t size) {
     if (!ready()) return bootstrap_alloc(size);
     void* p = real.malloc(size);
-    if (p && should_record()) record_alloc(AllocFn::Malloc, p, size);
+    if (p && should_record()) record_alloc(AllocFn::Malloc, p, size, HEAPSNAP_CALLER);
     return p;
 }
 
@@ -302,7 +332,7 @@ HEAPSNAP_EXPORT void* calloc(size_t n, size_t size) {
         return bootstrap_alloc(total);  // static storage: already zero
     }
     void* p = real.calloc(n, size);
-    if (p && should_record()) record_alloc(AllocFn::Calloc, p, n * size);
+    if (p && should_record()) record_alloc(AllocFn::Calloc, p, n * size, HEAPSNAP_CALLER);
     return p;
 }
 
@@ -310,7 +340,7 @@ namespace {
 
 // realloc and reallocarray share this: the old block is released (recorded
 // first), the new one acquired. realloc(p, 0) frees p and returns NULL.
-void* reallocate(AllocFn fn, void* old, size_t size) {
+void* reallocate(AllocFn fn, void* old, size_t size, uint64_t caller) {
     if (is_bootstrap(old)) {
         void* fresh = malloc(size);
         if (fresh) {
@@ -320,14 +350,15 @@ void* reallocate(AllocFn fn, void* old, size_t size) {
         return fresh;
     }
     bool record = should_record();
-    if (record && old) record_free(old);
+    bool old_recorded = record && old && record_free(old);
     void* p = real.realloc(old, size);
     if (record) {
         if (p) {
-            record_alloc(fn, p, size);
-        } else if (size && old) {
+            record_alloc(fn, p, size, caller);
+        } else if (size && old_recorded) {
             // Failed: the old block is still live; record it again.
-            record_alloc(fn, old, malloc_usable_size(old));
+            if (sampling()) keep_sampled(reinterpret_cast<uint64_t>(old));
+            record_alloc_unsampled(fn, old, malloc_usable_size(old), caller);
         }
     }
     return p;
@@ -342,7 +373,7 @@ HEAPSNAP_EXPORT void* realloc(void* old, size_t size) {
         if (fresh && old) memmove(fresh, old, size);
         return fresh;
     }
-    return reallocate(AllocFn::Realloc, old, size);
+    return reallocate(AllocFn::Realloc, old, size, HEAPSNAP_CALLER);
 }
 
 HEAPSNAP_EXPORT void* reallocarray(void* old, size_t n, size_t elem) {
@@ -355,13 +386,13 @@ HEAPSNAP_EXPORT void* reallocarray(void* old, size_t n, size_t elem) {
     // glibc's reallocarray calls realloc through the PLT, which is our hook:
     // call the real realloc with the checked product so the call is
     // recorded once, as reallocarray.
-    return reallocate(AllocFn::Reallocarray, old, total);
+    return reallocate(AllocFn::Reallocarray, old, total, HEAPSNAP_CALLER);
 }
 
 HEAPSNAP_EXPORT void* memalign(size_t align, size_t size) {
     if (!ready()) return bootstrap_alloc(size, align < 16 ? 16 : align);
     void* p = real.memalign(align, size);
-    if (p && should_record()) record_alloc(AllocFn::Memalign, p, size);
+    if (p && should_record()) record_alloc(AllocFn::Memalign, p, size, HEAPSNAP_CALLER);
     return p;
 }
 
@@ -371,28 +402,28 @@ HEAPSNAP_EXPORT int posix_memalign(void** out, size_t align, size_t size) {
         return *out ? 0 : ENOMEM;
     }
     int r = real.posix_memalign(out, align, size);
-    if (r == 0 && should_record()) record_alloc(AllocFn::PosixMemalign, *out, size);
+    if (r == 0 && should_record()) record_alloc(AllocFn::PosixMemalign, *out, size, HEAPSNAP_CALLER);
     return r;
 }
 
 HEAPSNAP_EXPORT void* aligned_alloc(size_t align, size_t size) {
     if (!ready()) return bootstrap_alloc(size, align < 16 ? 16 : align);
     void* p = real.aligned_alloc(align, size);
-    if (p && should_record()) record_alloc(AllocFn::AlignedAlloc, p, size);
+    if (p && should_record()) record_alloc(AllocFn::AlignedAlloc, p, size, HEAPSNAP_CALLER);
     return p;
 }
 
 HEAPSNAP_EXPORT void* valloc(size_t size) {
     if (!ready()) return bootstrap_alloc(size, 4096);
     void* p = real.valloc(size);
-    if (p && should_record()) record_alloc(AllocFn::Valloc, p, size);
+    if (p && should_record()) record_alloc(AllocFn::Valloc, p, size, HEAPSNAP_CALLER);
     return p;
 }
 
 HEAPSNAP_EXPORT void* pvalloc(size_t size) {
     if (!ready()) return bootstrap_alloc(size, 4096);
     void* p = real.pvalloc(size);
-    if (p && should_record()) record_alloc(AllocFn::Pvalloc, p, size);
+    if (p && should_record()) record_alloc(AllocFn::Pvalloc, p, size, HEAPSNAP_CALLER);
     return p;
 }
 

@@ -28,6 +28,7 @@ struct Config {
     uint32_t depth;                    // HEAPSNAP_DEPTH
     hslog::UnwindMode unwind;          // HEAPSNAP_UNWIND
     bool verbose;                      // HEAPSNAP_VERBOSE
+    uint64_t sample_bytes;             // HEAPSNAP_SAMPLE_BYTES, 0 = record every allocation
 };
 
 const Config& config();

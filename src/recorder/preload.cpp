@@ -27,6 +27,7 @@
 #include "recorder/markers.h"
 #include "recorder/metadata_queue.h"
 #include "recorder/modules.h"
+#include "recorder/sampler.h"
 #include "recorder/stack_table.h"
 #include "recorder/thread_buffer.h"
 #include "recorder/writer.h"
@@ -86,6 +87,16 @@ void read_config() {
         else
             g_config.interval_s = s;
     }
+    g_config.sample_bytes = 0;
+    if (const char* v = getenv("HEAPSNAP_SAMPLE_BYTES"); v && *v) {
+        char* end = nullptr;
+        errno = 0;
+        unsigned long long n = strtoull(v, &end, 10);
+        if (errno || *end || *v == '-' || n > hslog::kMaxSampleBytes)
+            diagnostic("ignoring HEAPSNAP_SAMPLE_BYTES=", v, " (expected 0 to 1073741824 bytes); recording every allocation");
+        else
+            g_config.sample_bytes = n;
+    }
     // auto is dwarf: frame pointers cannot be trusted without checking
     // every frame, and a wrong stack is worse than a slow one.
     g_config.unwind = hslog::UnwindMode::Dwarf;
@@ -113,15 +124,18 @@ void before_fork() {
     // by a thread that does not exist in it.
     registry_lock().lock();
     metadata_lock().lock();
+    sampler_before_fork();
 }
 
 void after_fork_parent() {
+    sampler_after_fork_parent();
     metadata_lock().unlock();
     registry_lock().unlock();
     thread_state().internal--;
 }
 
 void after_fork_child() {
+    sampler_after_fork_child();
     metadata_lock().reset();
     reset_rings_after_fork();
     writer_forget_after_fork();

@@ -69,6 +69,16 @@ void wait_for_room(ThreadRing& ring, uint64_t needed) {
     }
 }
 
+// Takes the next slot index in one instruction: a signal handler that
+// appends on this thread lands before or after it, never between a read
+// and a write of local_head (which would give both events one slot). No
+// lock prefix: only this thread writes local_head.
+uint64_t claim_slot(ThreadRing& ring) {
+    uint64_t index = 1;
+    asm volatile("xaddq %0, %1" : "+r"(index), "+m"(ring.local_head) : : "memory");
+    return index;
+}
+
 void append(ThreadRing& ring, Slot& slot) {
     bool outer = ring.depth++ == 0;
     if (outer) {
@@ -79,8 +89,7 @@ void append(ThreadRing& ring, Slot& slot) {
         // published slot, which is all but the interrupted ones.
         wait_for_room(ring, 1);
     }
-    Slot& dst = ring.slots[ring.local_head % kRingSlots];
-    ring.local_head++;
+    Slot& dst = ring.slots[claim_slot(ring) % kRingSlots];
     slot.ts = now_ticks();
     dst = slot;
     if (outer) {

@@ -25,7 +25,9 @@
 //
 // A signal handler that allocates while the thread is inside a hook writes
 // its slot next to the interrupted one; only the outermost event publishes,
-// so both become visible together and in stamp order.
+// so both become visible together and in stamp order. One that interrupts
+// the stack capture records its allocation with the caller only
+// (kDeferredStack).
 #pragma once
 
 #include <atomic>
@@ -44,12 +46,27 @@ struct Slot {
     uint64_t size;    // size / length; stack size for ThreadStart; marker index for Marker
     uint32_t stack;   // interned stack id (Alloc, Mmap)
     uint32_t thread;  // thread index
-    uint32_t aux;     // mmap flags; os tid for ThreadStart
+    uint32_t aux;     // mmap flags; os tid for ThreadStart; low half of the caller (kDeferredStack)
     SlotKind kind;
-    uint8_t fn;       // hslog::AllocFn for Alloc; prot for Mmap
-    uint16_t pad;
+    uint8_t fn;          // hslog::AllocFn for Alloc; prot for Mmap
+    uint16_t caller_hi;  // bits 32..47 of the caller (kDeferredStack)
 };
 static_assert(sizeof(Slot) == 40);
+
+// An Alloc made by a signal handler that interrupted its thread's own stack
+// capture: the unwinder and the stack table cannot be re-entered, so the
+// slot carries the allocating function's return address instead of a stack
+// id, and the writer interns that one-frame stack. (User-space addresses
+// on x86-64 fit in 48 bits.)
+inline constexpr uint32_t kDeferredStack = UINT32_MAX;
+
+inline void set_deferred_caller(Slot& s, uint64_t caller) {
+    s.stack = kDeferredStack;
+    s.aux = static_cast<uint32_t>(caller);
+    s.caller_hi = static_cast<uint16_t>(caller >> 32);
+}
+
+inline uint64_t deferred_caller(const Slot& s) { return uint64_t{s.caller_hi} << 32 | s.aux; }
 
 inline constexpr uint64_t kRingSlots = 8192;
 // Room kept free for slots written by signal handlers nested in a hook.
@@ -75,6 +92,10 @@ struct ThreadState {
     bool has_index = false;
     bool retired = false;  // its ring is gone; later events use the shared ring
     uint32_t internal = 0;  // >0: inside the recorder; hooks pass through unrecorded
+    // Inside stack capture. Only a signal handler can allocate then (the
+    // capture itself never calls malloc): such events are recorded, with
+    // a deferred stack.
+    bool capturing = false;
     // Highest address a frame-pointer walk may read on this thread's stack
     // (0: unknown, walk with DWARF instead).
     uint64_t stack_top = 0;

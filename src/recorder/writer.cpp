@@ -28,6 +28,7 @@
 #include "recorder/metadata_queue.h"
 #include "recorder/modules.h"
 #include "recorder/raw_alloc.h"
+#include "recorder/stack_table.h"
 #include "recorder/thread_buffer.h"
 
 namespace heapsnap::recorder {
@@ -170,7 +171,18 @@ int64_t advance_addr(uint64_t addr) {
     return delta;
 }
 
-void encode_alloc(codec::Writer& w, const Slot& s) {
+// The one-frame stack of an allocation made by a signal handler during its
+// thread's stack capture (kDeferredStack), interned here and defined in the
+// log before the event that uses it.
+uint32_t intern_deferred(const Slot& s) {
+    uint64_t caller = deferred_caller(s);
+    uint32_t stack = intern_stack(&caller, 1);
+    LockGuard guard(metadata_lock());
+    metadata_drain([](const uint8_t* data, size_t size) { put_raw_record(data, size); });
+    return stack;
+}
+
+void encode_alloc(codec::Writer& w, const Slot& s, uint32_t stack) {
     BlockAlloc b = block_ids_alloc(s.addr);
     if (!b.ok) {
         fail(": out of memory for the block table; recording stopped");
@@ -182,9 +194,9 @@ void encode_alloc(codec::Writer& w, const Slot& s) {
     }
     auto fn = static_cast<hslog::AllocFn>(s.fn);
     if (s.size >= hslog::kAddressedAllocSize)
-        hslog::put_alloc_at(w, fn, advance_addr(s.addr), s.size, s.stack);
+        hslog::put_alloc_at(w, fn, advance_addr(s.addr), s.size, stack);
     else
-        hslog::put_alloc(w, fn, s.size, s.stack);
+        hslog::put_alloc(w, fn, s.size, stack);
     g_events++;
 }
 
@@ -197,6 +209,8 @@ void encode_free(codec::Writer& w, const Slot& s) {
 }
 
 void encode(const Slot& s) {
+    uint32_t stack = s.stack;
+    if (s.kind == SlotKind::Alloc && stack == kDeferredStack) stack = intern_deferred(s);
     codec::Writer w = reserve(2 * hslog::kMaxEventRecord + 2 + 2 * codec::kMaxVarint);
     if (s.thread != g_stream_thread && s.kind != SlotKind::Marker) {
         hslog::put_thread(w, s.thread);
@@ -205,7 +219,7 @@ void encode(const Slot& s) {
     switch (s.kind) {
         case SlotKind::Alloc:
             event_time(w, ticks_to_ns(s.ts));
-            encode_alloc(w, s);
+            encode_alloc(w, s, stack);
             break;
         case SlotKind::Free:
             event_time(w, ticks_to_ns(s.ts));
@@ -408,6 +422,7 @@ void write_process_record(codec::Writer& w) {
         close(fd);
     }
     w.bytes(cmdline, len);
+    w.varint(config().sample_bytes);
 }
 
 // Expands %p (pid), %e (executable name) and %% in the pattern.

@@ -12,7 +12,8 @@ namespace {
 
 // Version 2: the stream position carries the stack count and highest id.
 // Version 3 (log version 2): and the reader's block-id allocator (next id,
-// free list); live blocks are kept by id, with their address if the log has it.
+// free list); live blocks are kept by id, with their address if the log has
+// it, and their weight (sampled logs); sample_bytes in the process.
 const FileKind kCheckpointKind{"HSNAPCKP", 3, "checkpoint"};
 constexpr size_t kFingerprintBytes = 4096;
 

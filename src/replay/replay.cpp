@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "replay/sampling.h"
+
 namespace heapsnap {
 
 void Replay::on_process(const ProcessInfo& p) {
@@ -33,38 +35,43 @@ void Replay::grow_stack_totals(uint32_t stack) {
     per_stack_.resize(std::max<size_t>(stack + 1, per_stack_.size() * 2));
 }
 
-void Replay::add_block(uint32_t block, uint64_t size, uint64_t time_ns, uint32_t stack, uint64_t address) {
+void Replay::add_block(uint32_t block, uint64_t size, uint64_t time_ns, uint32_t stack, uint64_t address,
+                       uint32_t weight) {
     if (block >= blocks_.size()) [[unlikely]]
         blocks_.resize(std::max<size_t>(block + 1, blocks_.size() * 2));
     LiveBlock& slot = blocks_[block];
     if (slot.live) [[unlikely]] {  // cannot happen with the reader's BlockIds; a checkpoint could say so
         StackTotals& t = stack_totals(slot.stack);
-        t.bytes -= slot.size;
-        t.blocks--;
-        totals_.live_bytes -= slot.size;
-        totals_.live_blocks--;
+        t.bytes -= slot.bytes();
+        t.blocks -= slot.weight;
+        totals_.live_bytes -= slot.bytes();
+        totals_.live_blocks -= slot.weight;
     }
     // Field by field: copying a whole LiveBlock built on the stack stalls
     // store forwarding, and this runs once per allocation.
     slot.size = size;
     slot.time_ns = time_ns;
     slot.stack = stack;
+    slot.weight = weight;
     slot.live = true;
     slot.has_address = address != 0;
     if (address) [[unlikely]]
         block_address_.insert(block, address);
     StackTotals& t = stack_totals(stack);
-    t.bytes += size;
-    t.blocks++;
-    totals_.live_bytes += size;
-    totals_.live_blocks++;
+    t.bytes += slot.bytes();
+    t.blocks += weight;
+    totals_.live_bytes += slot.bytes();
+    totals_.live_blocks += weight;
 }
 
 void Replay::on_alloc(const AllocEvent& e) {
     note_time(e.time_ns);
     totals_.events++;
-    totals_.allocations++;
-    add_block(e.block, e.size, e.time_ns, e.stack, e.address);
+    // The event's index salts the rounding of its weight: a log always
+    // replays to the same estimates (replay/sampling.h).
+    auto weight = static_cast<uint32_t>(sample_weight(e.size, process_.sample_bytes, totals_.events));
+    totals_.allocations += weight;
+    add_block(e.block, e.size, e.time_ns, e.stack, e.address, weight);
     if (totals_.live_bytes > totals_.peak_bytes) {
         totals_.peak_bytes = totals_.live_bytes;
         totals_.peak_time_ns = e.time_ns;
@@ -83,10 +90,10 @@ void Replay::on_free(const FreeEvent& e) {
     if (old.has_address) [[unlikely]]
         block_address_.erase(e.block, nullptr);
     StackTotals& t = stack_totals(old.stack);
-    t.bytes -= old.size;
-    t.blocks--;
-    totals_.live_bytes -= old.size;
-    totals_.live_blocks--;
+    t.bytes -= old.bytes();
+    t.blocks -= old.weight;
+    totals_.live_bytes -= old.bytes();
+    totals_.live_blocks -= old.weight;
 }
 
 // Unmaps [start, end) from the tracked mappings, splitting partially
@@ -158,6 +165,7 @@ void Replay::save_state(ByteBuffer& o) const {
         o.varint(b.stack);
         const uint64_t* address = b.has_address ? block_address_.find(id) : nullptr;
         o.varint(address ? *address : 0);
+        o.varint(b.weight);
     });
     o.varint(mappings_.size());
     for (const auto& [start, m] : mappings_) {
@@ -193,13 +201,14 @@ void Replay::load_state(codec::Reader& r) {
     // totals were read above and are recounted by add_block.
     uint64_t live_bytes = t.live_bytes, live_blocks = t.live_blocks;
     t.live_bytes = t.live_blocks = 0;
-    for (uint64_t n = r.count(5); n-- && r.ok();) {
+    for (uint64_t n = r.count(6); n-- && r.ok();) {
         uint64_t id = r.varint();
         uint64_t size = r.varint(), time_ns = r.varint();
         auto stack = static_cast<uint32_t>(r.varint());
         uint64_t address = r.varint();
-        if (id == 0 || id >= UINT32_MAX || !r.ok()) continue;
-        add_block(static_cast<uint32_t>(id), size, time_ns, stack, address);
+        uint64_t weight = r.varint();
+        if (id == 0 || id >= UINT32_MAX || weight == 0 || weight > UINT32_MAX || !r.ok()) continue;
+        add_block(static_cast<uint32_t>(id), size, time_ns, stack, address, static_cast<uint32_t>(weight));
     }
     if (t.live_bytes != live_bytes || t.live_blocks != live_blocks) r.invalidate();
     for (uint64_t n = r.count(4); n-- && r.ok();) {
@@ -274,7 +283,7 @@ Snapshot Replay::snapshot(const MarkerRecord& marker, bool has_marker_data) cons
 
 // ---- History -----------------------------------------------------------------
 
-void AllocationTimeline::add(uint64_t offset_ns) {
+void AllocationTimeline::add(uint64_t offset_ns, uint64_t count) {
     uint64_t slice = offset_ns / slice_ns;
     while (slice >= kSlices) {
         std::vector<uint64_t> merged((counts.size() + 1) / 2, 0);
@@ -284,7 +293,7 @@ void AllocationTimeline::add(uint64_t offset_ns) {
         slice = offset_ns / slice_ns;
     }
     if (slice >= counts.size()) counts.resize(slice + 1, 0);
-    counts[slice]++;
+    counts[slice] += count;
 }
 
 bool HistoryReplay::admit() {
@@ -309,9 +318,9 @@ void HistoryReplay::settle(ThreadState& t, bool temporary) {
     if (!t.pending) return;
     t.pending = false;
     if (!temporary) return;
-    temporary_++;
+    temporary_ += t.pending_weight;
     if (t.pending_stack >= activity_.size()) activity_.resize(t.pending_stack + 1);
-    activity_[t.pending_stack].temporary++;
+    activity_[t.pending_stack].temporary += t.pending_weight;
 }
 
 void HistoryReplay::change(uint32_t stack, int64_t bytes, int64_t blocks) {
@@ -346,14 +355,15 @@ void HistoryReplay::on_alloc(const AllocEvent& e) {
     if (!admit()) return;
     ThreadState& t = thread_state(e.thread);
     settle(t, e.fn != hslog::AllocFn::Realloc && e.fn != hslog::AllocFn::Reallocarray);
-    change(e.stack, static_cast<int64_t>(e.size), 1);
     Replay::on_alloc(e);
+    const LiveBlock* block = find_block(e.block);
+    change(e.stack, static_cast<int64_t>(block->bytes()), block->weight);
     if (totals().peak_bytes > peak_bytes_) fold_into_peak();
     t.last_alloc = e.block;
-    heap_allocations_++;
+    heap_allocations_ += block->weight;
     if (e.stack >= activity_.size()) activity_.resize(std::max<size_t>(e.stack + 1, activity_.size() * 2));
-    activity_[e.stack].allocations++;
-    timeline_.add(e.time_ns >= process_.start_ns ? e.time_ns - process_.start_ns : 0);
+    activity_[e.stack].allocations += block->weight;
+    timeline_.add(e.time_ns >= process_.start_ns ? e.time_ns - process_.start_ns : 0, block->weight);
     applied();
 }
 
@@ -365,8 +375,9 @@ void HistoryReplay::on_free(const FreeEvent& e) {
         if (t.last_alloc == e.block) {
             t.pending = true;
             t.pending_stack = block->stack;
+            t.pending_weight = block->weight;
         }
-        change(block->stack, -static_cast<int64_t>(block->size), -1);
+        change(block->stack, -static_cast<int64_t>(block->bytes()), -static_cast<int64_t>(block->weight));
         if (t.last_alloc == e.block) t.last_alloc = 0;
     }
     Replay::on_free(e);
@@ -392,7 +403,7 @@ void HistoryReplay::finish() {
 
 SizeHistogram HistoryReplay::live_sizes() const {
     SizeHistogram h;
-    for_each_block([&](uint32_t, const LiveBlock& b) { h.add(b.size); });
+    for_each_block([&](uint32_t, const LiveBlock& b) { h.add(b.size, b.weight); });
     return h;
 }
 

@@ -1,12 +1,16 @@
 // Replay of a .hslog: the live heap as it evolves, event by event.
 //
-// One streaming pass; memory is bounded by the live set (one 24-byte entry
+// One streaming pass; memory is bounded by the live set (one 32-byte entry
 // per block id in a flat table indexed by id — ids are reused, so there are
 // as many as blocks were live at the peak — one per live mapping, and the
 // addresses of the live blocks that have one) plus the stacks and modules,
 // never by the history. Per-stack live totals are kept incrementally, so
 // the state at any moment (a marker, the peak, a time offset) is available
 // without a second look at the blocks.
+//
+// A sampled log is scaled here, per block (replay/sampling.h): every total
+// and entry downstream is already an estimate, and says so through
+// process().sample_bytes.
 //
 // Frees of blocks the recorder never saw allocated (inherited across fork,
 // allocated before the recorder started) are counted and otherwise
@@ -32,8 +36,10 @@ struct LiveBlock {
     uint64_t size = 0;
     uint64_t time_ns = 0;
     uint32_t stack = 0;
+    uint32_t weight = 1;  // blocks it stands for: 1, or more in a sampled log (replay/sampling.h)
     bool live = false;
     bool has_address = false;  // its address is in the log (hslog::kAddressedAllocSize)
+    uint64_t bytes() const { return size * weight; }
 };
 
 struct LiveMapping {
@@ -99,7 +105,7 @@ private:
     }
     void grow_stack_totals(uint32_t stack);
     void note_time(uint64_t t) { last_time_ns_ = t; }
-    void add_block(uint32_t block, uint64_t size, uint64_t time_ns, uint32_t stack, uint64_t address);
+    void add_block(uint32_t block, uint64_t size, uint64_t time_ns, uint32_t stack, uint64_t address, uint32_t weight);
 
     std::vector<LiveBlock> blocks_;     // by block id
     FlatMap<uint64_t> block_address_;  // block id -> address, for the blocks whose address the log has
@@ -124,9 +130,9 @@ struct SizeHistogram {
     static size_t class_of(uint64_t size) { return static_cast<size_t>(std::bit_width(size)); }
     static uint64_t class_min(size_t k) { return k ? uint64_t{1} << (k - 1) : 0; }
     static uint64_t class_max(size_t k) { return k == 64 ? UINT64_MAX : k ? (uint64_t{1} << k) - 1 : 0; }
-    void add(uint64_t size) {
-        blocks[class_of(size)]++;
-        bytes[class_of(size)] += size;
+    void add(uint64_t size, uint64_t count = 1) {
+        blocks[class_of(size)] += count;
+        bytes[class_of(size)] += size * count;
     }
 };
 
@@ -141,7 +147,7 @@ struct AllocationTimeline {
     uint64_t slice_ns = 1000;
     std::vector<uint64_t> counts;  // slice i: [i, i+1) * slice_ns after process start
 
-    void add(uint64_t offset_ns);
+    void add(uint64_t offset_ns, uint64_t count = 1);
 };
 
 struct StackActivity {
@@ -195,6 +201,7 @@ private:
         uint32_t last_alloc = 0;  // block id of its latest allocation, until freed
         bool pending = false;     // freed its latest allocation; temporary unless a realloc's Alloc follows
         uint32_t pending_stack = 0;
+        uint32_t pending_weight = 0;  // blocks the pending one stands for
     };
     struct Change {
         int64_t bytes = 0;

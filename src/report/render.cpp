@@ -26,8 +26,11 @@ struct Palette {
 std::string describe_moment(const Snapshot& s) {
     std::string what = s.marker.index ? fmt::format("marker {} \"{}\"", s.marker.index, s.marker.label)
                                       : fmt::format("moment \"{}\"", s.marker.label);
-    return fmt::format("pid {}  {}  {} at {:.3f} s  live {} in {} blocks", s.process.pid, basename_of(s.process.exe), what,
-                       s.time_s(), human_bytes(s.totals.live_bytes), s.totals.live_blocks);
+    std::string text = fmt::format("pid {}  {}  {} at {:.3f} s  live {} in {} blocks", s.process.pid,
+                                   basename_of(s.process.exe), what, s.time_s(), human_bytes(s.totals.live_bytes),
+                                   s.totals.live_blocks);
+    if (s.process.sample_bytes) text += "  (" + sampling_note(s.process.sample_bytes) + ")";
+    return text;
 }
 
 std::string signed_count(int64_t v) { return v > 0 ? fmt::format("+{}", v) : fmt::format("{}", v); }
@@ -119,6 +122,7 @@ nlohmann::json moment_json(const Snapshot& s) {
             {"live_blocks", s.totals.live_blocks},
             {"mmap_bytes", s.totals.mmap_bytes},
             {"mmap_regions", s.totals.mmap_regions},
+            {"sample_bytes", s.process.sample_bytes},
             {"source", s.source}};
 }
 

@@ -344,6 +344,7 @@ private:
                                            : fmt::format("moment \"{}\"", s_.marker.label);
         out_ += fmt::format("  pid {}  {}  {} at {:.3f} s\n", s_.process.pid, basename_of(s_.process.exe), what,
                             s_.time_s());
+        if (s_.process.sample_bytes) out_ += "  " + sampling_note(s_.process.sample_bytes) + "\n";
         if (r_.from_log)
             out_ += fmt::format("  from the log {}\n", s_.source);
         else

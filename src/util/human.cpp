@@ -23,6 +23,12 @@ std::string human_bytes(uint64_t bytes) {
     return fmt::format("{} {}", number, units[unit]);
 }
 
+std::string sampling_note(uint64_t sample_bytes) {
+    if (!sample_bytes) return "";
+    return "sampled: one sample per " + human_bytes(sample_bytes) +
+           " allocated; heap bytes and blocks are estimates";
+}
+
 std::string human_bytes_signed(int64_t bytes) {
     if (bytes == 0) return "0 B";
     // Negate in unsigned arithmetic so INT64_MIN has a magnitude too.

@@ -20,4 +20,9 @@ std::string human_bytes(uint64_t bytes);
 // human_bytes with an explicit sign: "+1.5 MiB", "-512 B", and "0 B" for zero.
 std::string human_bytes_signed(int64_t bytes);
 
+// The line every text output shows for a log recorded with --sample-bytes
+// (empty for an exact one): "sampled: one sample per 64.0 KiB allocated;
+// heap bytes and blocks are estimates".
+std::string sampling_note(uint64_t sample_bytes);
+
 }  // namespace heapsnap

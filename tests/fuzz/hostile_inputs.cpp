@@ -110,6 +110,7 @@ Enc process_record(const std::string& exe = "/nonexistent/hostile-app") {
     e.varint(64);                         // max_depth
     e.str(exe);
     e.str(std::string("hostile-app\0--flag\0", 19));
+    e.varint(0);                          // sample_bytes: exact
     return e;
 }
 

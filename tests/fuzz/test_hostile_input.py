@@ -54,7 +54,7 @@ SNAPSHOT_ERRORS = {
     "empty.hsnap": "not a heapsnap snapshot (bad magic)",
     "bad-magic.hsnap": "not a heapsnap snapshot (bad magic)",
     "short-header.hsnap": "truncated snapshot: the header is incomplete",
-    "newer-version.hsnap": "unsupported snapshot format version 2",
+    "newer-version.hsnap": "unsupported snapshot format version 3",
     "cut-frame.hsnap": "truncated snapshot",
     "huge-body-size.hsnap": "corrupt snapshot: body does not decompress",
     "trailing-bytes.hsnap": "corrupt snapshot: trailing bytes after the body",

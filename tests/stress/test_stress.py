@@ -105,11 +105,9 @@ class StressTest(UnchangedTest):
         self.assertEqual(result.stdout, b"signal_alloc: 2000 signals, 20 kept\n")
         self.assert_replays(self.one_log(logs), ended=("exit",))
 
-    # Recorder bug "signal": an allocation made by a signal handler that
-    # interrupted the recorder's own hook on the same thread is not recorded
-    # (about 40% of the handler's 2000 malloc(48) and some of its 20 kept
-    # blocks are missing from the log), so the live set is short.
-    @unittest.expectedFailure
+    # Every allocation of a signal handler is recorded, also those that
+    # interrupted the recorder's own stack capture on the same thread (they
+    # get the handler's function as a one-frame stack).
     def test_signal_handler_allocations_recorded(self):
         _, logs = self.run_recorded([program("stress_signal_alloc")])
         log = self.one_log(logs)
@@ -158,14 +156,9 @@ class StressTest(UnchangedTest):
                 self.assert_error(["snapshot", log, "--at", "exit", "-o", self.path("x.hsnap")],
                                   "did not exit normally")
 
-    # Recorder bug "header-only": a process that ends (_exit, a signal)
-    # before the writer's first frame cut, ~100 ms after start, leaves a
-    # 16-byte log, just the header, that every command rejects ("truncated
-    # heapsnap log: no complete frame"), although `heapsnap run` names it.
-    # Shell helpers (dash leaves by _exit) and a `sort` killed by SIGPIPE
-    # leave such logs (tests/realworld). Losing the last events is allowed
-    # (formats/hslog.md); an unreadable log is not: the Process record and
-    # the module map could be cut into a frame when the log is created.
+    # A process that ends (_exit, a signal) before the writer's first timed
+    # frame cut still leaves a readable log: the Process record is written
+    # when the log is created. (Its last events may be lost, formats/hslog.md.)
     def test_quick_exit_log_readable(self):
         result, logs = self.assert_unchanged([program("stress_dying"), "now"], status=4)
         self.assertEqual(result.stdout, b"dying: now\n")

@@ -2,6 +2,7 @@
 // corruption, versions; and replay exactness on hand-made event orders.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "log_test_util.h"
 #include "replay/marker_select.h"
 #include "replay/replay.h"
+#include "replay/sampling.h"
 #include "util/error.h"
 
 using namespace heapsnap;
@@ -245,4 +247,47 @@ TEST_CASE("moments: peak, time offsets, missing markers") {
         CHECK(std::string(e.what()) == f.path + ": no marker \"warm\"; markers: 1 \"exit\"");
     }
     CHECK_THROWS_AS(parse_moment("0"), Error);
+}
+
+TEST_CASE("sampling: weights average 1/p, large blocks count once") {
+    // p(64) at N = 4096 is 1 - exp(-1/64): 1/p = 64.5026...
+    double inverse = 1.0 / -std::expm1(-64.0 / 4096.0);
+    double sum = 0;
+    for (uint64_t salt = 1; salt <= 200000; ++salt) {
+        uint64_t w = sample_weight(64, 4096, salt * 0x9E3779B97F4A7C15ULL);
+        CHECK((w == 64 || w == 65));
+        sum += static_cast<double>(w);
+    }
+    CHECK(std::abs(sum / 200000 - inverse) < 0.01);
+    CHECK(sample_weight(4096, 4096, 7) == 1);
+    CHECK(sample_weight(1 << 20, 4096, 7) == 1);
+    CHECK(sample_weight(64, 0, 7) == 1);
+}
+
+TEST_CASE("sampling: a sampled log replays to scaled, whole-block estimates") {
+    LogBuilder b;
+    b.process(4096);
+    b.stack(1, {{0, 0x10}});
+    b.stack(2, {{0, 0x20}});
+    b.alloc(1000000 + 1000, 0x5000, 64, 1);
+    b.alloc(1000000 + 2000, 0x9000, 8192, 2);  // >= N: exact
+    b.marker(1000000 + 3000, 1, "m", hslog::MarkerCause::User);
+    b.free_(1000000 + 4000, 0x5000);
+    b.marker(1000000 + 5000, 2, "exit", hslog::MarkerCause::Exit);
+    b.frame();
+    TempFile f{b.write()};
+    uint64_t w = sample_weight(64, 4096, 1);  // salted by its event index, 1
+    Snapshot m = snapshot_at(f.path, parse_moment("m"));
+    CHECK(m.process.sample_bytes == 4096);
+    CHECK(m.totals.live_bytes == 64 * w + 8192);
+    CHECK(m.totals.live_blocks == w + 1);
+    REQUIRE(m.entries.size() == 2);
+    for (const SnapshotEntry& e : m.entries) {
+        if (e.stack == 1) CHECK((e.bytes == 64 * w && e.blocks == w));
+        if (e.stack == 2) CHECK((e.bytes == 8192 && e.blocks == 1));
+    }
+    Snapshot exit = snapshot_at(f.path, parse_moment("exit"));
+    CHECK(exit.totals.live_bytes == 8192);
+    CHECK(exit.totals.live_blocks == 1);
+    CHECK(exit.totals.peak_bytes == 64 * w + 8192);
 }

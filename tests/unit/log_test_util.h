@@ -35,7 +35,7 @@ public:
     // and must be whole microseconds (hslog::kTimeUnitNs). Unlike the
     // recorder, the builder writes a Time record before every event whose
     // time differs, so tests keep exact times.
-    void process() {
+    void process(uint64_t sample_bytes = 0) {
         codec::Writer w = room();
         w.u8(static_cast<uint8_t>(hslog::Tag::Process));
         w.str("test");
@@ -49,6 +49,7 @@ public:
         w.varint(64);
         w.str("/bin/prog");
         w.bytes("prog\0-x", 7);
+        w.varint(sample_bytes);
         done(w);
     }
     void stack(uint32_t id, std::vector<std::pair<uint32_t, uint64_t>> frames) {
