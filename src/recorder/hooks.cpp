@@ -47,6 +47,7 @@
 #include "recorder/sampler.h"
 #include "recorder/stack_table.h"
 #include "recorder/thread_buffer.h"
+#include "recorder/unwind.h"
 #include "recorder/writer.h"
 
 #define HEAPSNAP_EXPORT extern "C" __attribute__((visibility("default")))
@@ -146,29 +147,6 @@ bool should_record() {
 // The hooked function's return address: the program code that called it.
 #define HEAPSNAP_CALLER reinterpret_cast<uint64_t>(__builtin_return_address(0))
 
-// --unwind fp: follow the saved frame pointers. Correct only for code built
-// with them (-fno-omit-frame-pointer); a frame without one ends the stack
-// or, worse, skips its caller, which is why it is the user's choice and not
-// what auto picks. Every read stays between this frame and the top of the
-// thread's stack, so a garbage frame pointer ends the walk instead of
-// faulting.
-int walk_frame_pointers(void** ips, int max, uint64_t top) {
-    auto* fp = static_cast<uint64_t*>(__builtin_frame_address(0));
-    auto lo = reinterpret_cast<uint64_t>(fp);
-    int n = 0;
-    while (n < max) {
-        auto at = reinterpret_cast<uint64_t>(fp);
-        if (at < lo || at + 16 > top || (at & 7)) break;
-        uint64_t ret = fp[1];
-        auto* next = reinterpret_cast<uint64_t*>(fp[0]);
-        if (!ret) break;
-        ips[n++] = reinterpret_cast<void*>(ret);
-        if (reinterpret_cast<uint64_t>(next) <= at) break;
-        fp = next;
-    }
-    return n;
-}
-
 extern "C" void* __libc_stack_end;  // the main thread's stack top (ld.so)
 
 uint64_t stack_top() {
@@ -177,17 +155,18 @@ uint64_t stack_top() {
     return t.stack_top;
 }
 
+// The unwinders leave the recorder's own frames out (unwind.h), but walk
+// them against the limit: `depth` plus room for them.
+uint32_t intern_program_frames(uint64_t* ips, int n) {
+    return intern_stack(ips, n < static_cast<int>(config().depth) ? static_cast<uint32_t>(n) : config().depth);
+}
+
 uint32_t capture_stack() {
-    void* ips[kMaxDepth + 8];
+    uint64_t ips[kMaxDepth + 8];
     int max = static_cast<int>(config().depth) + 8;
     uint64_t top = config().unwind == hslog::UnwindMode::FramePointer ? stack_top() : 0;
-    int n = top ? walk_frame_pointers(ips, max, top) : unw_backtrace(ips, max);
-    // Recorder frames are never shown: the hooks at the top, and the hook in
-    // the middle when a hooked call (pthread_create) allocates inside.
-    uint32_t kept = 0;
-    for (int i = 0; i < n && kept < config().depth; ++i)
-        if (!is_recorder_address(reinterpret_cast<uint64_t>(ips[i]))) ips[kept++] = ips[i];
-    return intern_stack(reinterpret_cast<const uint64_t*>(ips), kept);
+    if (top) return intern_program_frames(ips, walk_frame_pointers(ips, max, top));
+    return unwind_stack_key(ips, max, intern_program_frames);
 }
 
 // Stack id 0 ("no stack") for an mmap from a signal handler that

@@ -1,0 +1,66 @@
+// How to step from a frame to its caller, per code address: the x86-64
+// .eh_frame CFI row of that address, reduced to the three registers a walk
+// needs (rsp, rbp, rip) and cached for the life of the process.
+//
+// Why our own CFI reader. libunwind's unw_backtrace costs about 200 ns for
+// a 25-frame stack (a per-thread cache per frame, but unw_init_local and a
+// context save per call); with a reduced rule per address the walk is two
+// loads per frame, which is what makes recording cheap (unwind.h). Only the
+// shapes compilers emit at call sites are reduced:
+//   CFA  = rsp|rbp + n, or *(rsp|rbp + n) (a realigned frame: GCC's DRAP);
+//   rip  = *(CFA + n) or *(rsp|rbp + n);
+//   rbp  = unchanged, *(CFA + n) or *(rsp|rbp + n).
+// Anything else (another register as CFA base, DW_CFA_register, val rules,
+// other expressions, code without CFI, no .eh_frame_hdr) is Unsupported and
+// the caller unwinds that stack with libunwind instead, so an unusual frame
+// costs time, never a wrong frame. So is the signal trampoline: below it
+// lies a frame stopped at any instruction, not at a call, where compilers'
+// CFI is not always right (GCC's DRAP epilogues keep an rbp rule that reads
+// through the already restored rbp), and only libunwind checks each word
+// before it reads it. An undefined rip or rbp marks the outermost frame,
+// as libunwind's unw_step has it.
+//
+// The cache is one insert-only open-addressing table shared by all threads:
+// lookups are lock-free (acquire load of the key, whose rule was written
+// before the key was published); a miss reads the CFI (through
+// _dl_find_object, lock-free and async-signal-safe, unlike dl_iterate_phdr)
+// and claims an empty slot with a CAS. Two threads missing the same address
+// may both insert it; both copies are equal. When the table passes half
+// full a table four times larger replaces it and refills on demand; old
+// tables are never unmapped, so a rule pointer stays valid for good (the
+// per-thread stack cache keeps them). Rejected: a per-thread cache as in
+// libunwind (every thread pays every miss, and memory grows with threads);
+// a lock around misses (a fork child could inherit it held).
+//
+// Caveat shared with libunwind's trace cache: a rule is keyed by address
+// only. A library unloaded and a *different* one mapped at the same address
+// would meet the old rules; glibc offers no cheap load/unload generation to
+// check against on every stack (dl_iterate_phdr takes the loader lock).
+#pragma once
+
+#include <cstdint>
+
+namespace heapsnap::recorder {
+
+struct FrameRule {
+    enum Kind : uint8_t { Step, Outermost, Unsupported };
+    // Where a value lives: Cfa, Rsp, Rbp name the base of an address
+    // (base + offset is read); Same keeps the callee's rbp.
+    enum Base : uint8_t { Same, Cfa, Rsp, Rbp };
+
+    Kind kind;
+    Base cfa_base;     // Rsp or Rbp
+    bool cfa_deref;    // CFA = *(base + cfa_offset) instead of base + cfa_offset
+    Base ra_base;      // Cfa, Rsp or Rbp
+    Base rbp_base;     // Same, Cfa, Rsp or Rbp
+    int32_t cfa_offset;
+    int32_t ra_offset;
+    int32_t rbp_offset;
+};
+
+// The rule of the code at `pc`, a return address minus one (the call
+// instruction: a call may be the last instruction of its function). Never
+// null; the pointer stays valid for the life of the process.
+const FrameRule* frame_rule(uint64_t pc);
+
+}  // namespace heapsnap::recorder

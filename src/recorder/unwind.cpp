@@ -1,0 +1,356 @@
+#include "recorder/unwind.h"
+
+#include <dlfcn.h>
+#include <libunwind.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "recorder/frame_rules.h"
+#include "recorder/lifecycle.h"
+#include "recorder/raw_alloc.h"
+
+namespace heapsnap::recorder {
+namespace {
+
+// What a step from one frame to its caller needs, and all it produces.
+// Its rule is that of ip - 1 (frame_rule).
+struct Frame {
+    uint64_t ip;  // the return address into the frame's function
+    uint64_t sp;  // rsp in this frame: the CFA of its callee
+    uint64_t bp;
+};
+
+// The memory a step read: where the caller's sp (deref CFA only), ip and
+// bp (if saved) came from. 0: not read.
+struct Reads {
+    uint64_t cfa_at;
+    uint64_t ra_at;
+    uint64_t bp_at;
+};
+
+uint64_t load(uint64_t addr) {
+    uint64_t v;
+    __builtin_memcpy(&v, reinterpret_cast<const void*>(addr), sizeof v);
+    return v;
+}
+
+Frame step(const FrameRule& r, const Frame& f, Reads& reads) {
+    uint64_t cfa = (r.cfa_base == FrameRule::Rsp ? f.sp : f.bp) + static_cast<int64_t>(r.cfa_offset);
+    reads.cfa_at = 0;
+    if (r.cfa_deref) {
+        reads.cfa_at = cfa;
+        cfa = load(cfa);
+    }
+    auto at = [&](FrameRule::Base base, int32_t offset) {
+        return (base == FrameRule::Cfa ? cfa : base == FrameRule::Rsp ? f.sp : f.bp) + static_cast<int64_t>(offset);
+    };
+    reads.ra_at = at(r.ra_base, r.ra_offset);
+    uint64_t ip = load(reads.ra_at);
+    reads.bp_at = r.rbp_base == FrameRule::Same ? 0 : at(r.rbp_base, r.rbp_offset);
+    uint64_t bp = reads.bp_at ? load(reads.bp_at) : f.bp;
+    return Frame{ip, cfa, bp};
+}
+
+// The frame of the caller of the function whose frame pointer is `fp`. The
+// recorder is built with frame pointers, so its own frames have the
+// standard layout: saved rbp at fp, return address above it.
+Frame caller_of(const uint64_t* fp) { return Frame{fp[1], reinterpret_cast<uint64_t>(fp + 2), fp[0]}; }
+
+bool same_frame(const Frame& a, const Frame& b) { return a.sp == b.sp && a.ip == b.ip && a.bp == b.bp; }
+
+// ---- the per-thread stack cache -------------------------------------------------
+
+constexpr int kMaxFrames = static_cast<int>(kMaxDepth) + 8;
+
+// A frame and the step from it to its caller, as last walked.
+struct CachedFrame {
+    Frame frame;
+    Reads reads;
+    FrameRule rule;
+    bool own;       // not reported
+    uint64_t hash;  // of the reported ips from the outermost frame to this one
+};
+
+// The step from `callee` gives `caller` again if the memory it read still
+// holds what it held: the step is a function of the frame, its rule and
+// those words.
+bool link_holds(const CachedFrame& callee, const CachedFrame& caller) {
+    const Reads& r = callee.reads;
+    return (!r.cfa_at || load(r.cfa_at) == caller.frame.sp) && load(r.ra_at) == caller.frame.ip &&
+           (!r.bp_at || load(r.bp_at) == caller.frame.bp);
+}
+
+// Rules this cache looked up lately, by address: the few call sites a
+// thread allocates from (the recorder's own frames among them) stay on
+// lines the walk touches anyway instead of the shared table's.
+struct NearRule {
+    uint64_t pc;
+    FrameRule rule;
+};
+constexpr unsigned kNearBits = 6;
+
+// key() results for recent stacks, by their reported ips: a stack of the
+// same ips has the same key. The hash of the ips is kept per frame, so it
+// costs the fresh frames only; the ips themselves are compared.
+constexpr int kMemoFrames = 64;
+struct Memo {
+    uint64_t hash;
+    int count;
+    uint32_t key;  // 0: empty
+    uint64_t ips[kMemoFrames];
+};
+constexpr unsigned kMemoBits = 5;
+
+struct StackCache {
+    int count;  // frames of the last stack, outermost first, so a new
+                // stack that shares its outer part rewrites only the top
+    int max;    // of the walks the memos were made for
+    CachedFrame frames[kMaxFrames];
+    uint64_t sps[kMaxFrames];       // frames[i].frame.sp, densely, for the search by sp
+    CachedFrame fresh[kMaxFrames];  // the new stack above its kept part, innermost first
+    NearRule near[1u << kNearBits];
+    Memo memos[1u << kMemoBits];
+};
+
+struct alignas(64) PoolSlot {  // one per cache line: threads take slots on every stack
+    std::atomic<bool> busy;
+    std::atomic<StackCache*> cache;
+};
+
+constexpr uint32_t kPoolSlots = 64;
+PoolSlot g_pool[kPoolSlots];
+std::atomic<uint32_t> g_next_slot{0};
+__thread uint32_t t_slot;  // 1 + the pool slot this thread tries first; 0: none yet
+
+// Borrows a cache for one walk: the thread's usual one, or a free one near
+// it. Null when all tried are busy or there is no memory: the walk then
+// looks every rule up. Any thread may use any cache: what it holds is
+// checked against memory before use, never trusted.
+StackCache* borrow(uint32_t* slot) {
+    if (!t_slot) t_slot = 1 + g_next_slot.fetch_add(1, std::memory_order_relaxed) % kPoolSlots;
+    for (uint32_t tries = 0; tries < 4; ++tries) {
+        uint32_t i = (t_slot - 1 + tries) % kPoolSlots;
+        PoolSlot& s = g_pool[i];
+        if (s.busy.load(std::memory_order_relaxed) || s.busy.exchange(true, std::memory_order_acquire)) continue;
+        StackCache* c = s.cache.load(std::memory_order_relaxed);
+        if (!c) {
+            c = static_cast<StackCache*>(raw_map(sizeof(StackCache)));
+            s.cache.store(c, std::memory_order_relaxed);
+        }
+        if (!c) {
+            s.busy.store(false, std::memory_order_release);
+            return nullptr;
+        }
+        t_slot = i + 1;
+        *slot = i;
+        return c;
+    }
+    return nullptr;
+}
+
+void give_back(uint32_t slot) { g_pool[slot].busy.store(false, std::memory_order_release); }
+
+uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x9e3779b97f4a7c15ull; }
+
+const FrameRule& rule_for(StackCache* c, uint64_t pc) {
+    if (!c) return *frame_rule(pc);
+    NearRule& near = c->near[mix(0, pc) >> (64 - kNearBits)];
+    if (near.pc != pc) near = NearRule{pc, *frame_rule(pc)};
+    return near.rule;
+}
+
+// ---- the unwinder's own frames ---------------------------------------------------
+
+// The module this unwinder is linked into (the recorder) is never
+// reported: its hooks at the top of every stack, and the pthread_create
+// hook in the middle of a stack allocated under it.
+std::atomic<uint64_t> g_own_start{0};
+std::atomic<uint64_t> g_own_end{0};
+
+void find_own_module() {
+    dl_find_object found;
+    if (_dl_find_object(reinterpret_cast<void*>(&find_own_module), &found) != 0) return;
+    g_own_end.store(reinterpret_cast<uint64_t>(found.dlfo_map_end), std::memory_order_relaxed);
+    g_own_start.store(reinterpret_cast<uint64_t>(found.dlfo_map_start), std::memory_order_release);
+}
+
+struct OwnRange {
+    uint64_t start;
+    uint64_t end;
+    bool holds(uint64_t ip) const { return ip >= start && ip < end; }
+};
+
+OwnRange own_range() {
+    uint64_t start = g_own_start.load(std::memory_order_acquire);
+    if (!start) {
+        find_own_module();
+        start = g_own_start.load(std::memory_order_acquire);
+    }
+    return OwnRange{start, g_own_end.load(std::memory_order_relaxed)};
+}
+
+// ---- walking ---------------------------------------------------------------------
+
+// A stack with a frame our rules do not cover, without our own frames.
+__attribute__((noinline)) int libunwind_stack(uint64_t* ips, int max, OwnRange own) {
+    void* all[kMaxFrames];
+    int n = unw_backtrace(all, max);
+    int count = 0;
+    for (int i = 0; i < n; ++i)
+        if (!own.holds(reinterpret_cast<uint64_t>(all[i]))) ips[count++] = reinterpret_cast<uint64_t>(all[i]);
+    return count;
+}
+
+struct Walked {
+    int count;      // frames in ips
+    bool cached;    // the stack is now the cache's last one
+    uint64_t hash;  // of ips, if cached
+};
+
+// Walks from `f`: at most max frames, our own ones included; the others
+// go to ips. Our frames at the top are stepped and left out of the cache,
+// so the cached stack starts with the program's frame, whatever depth the
+// program called from.
+//
+// With a cache: as soon as a frame equals one of the last stack (same sp,
+// ip, bp and lookup address), the last stack's frames from there are
+// reused for as long as their links hold (link_holds), which costs one or
+// two compared words per frame instead of a rule lookup and a step. A
+// broken link is stepped afresh and the walk goes on, matching again
+// further out (a leaf called from a different caller rejoins the old stack
+// one frame further up). A frame no rule covers sends the whole stack to
+// libunwind.
+Walked walk(Frame f, uint64_t* ips, int max, StackCache* c) {
+    if (max > kMaxFrames) max = kMaxFrames;
+    const OwnRange own = own_range();
+    int walked = 0;
+    for (; walked < max && own.holds(f.ip); ++walked) {
+        const FrameRule& rule = rule_for(c, f.ip - 1);
+        if (rule.kind != FrameRule::Step) return Walked{libunwind_stack(ips, max, own), false, 0};
+        Reads reads;
+        f = step(rule, f, reads);
+        if (f.ip < 0x4000) return Walked{0, false, 0};
+    }
+    CachedFrame* last = c ? c->frames : nullptr;
+    CachedFrame* fresh = c ? c->fresh : nullptr;
+    int last_count = c ? c->count : 0;
+    int n = 0;
+    int nf = 0;     // fresh frames
+    int kept = -1;  // last[0..kept] stays: the new stack's outer part
+    int j = last_count - 1;  // the last stack's frame at or above f.sp
+    auto report = [&](const Frame& frame, bool is_own) {
+        ++walked;
+        if (!is_own) ips[n++] = frame.ip;
+    };
+    while (walked < max) {
+        while (j >= 0 && c->sps[j] < f.sp) --j;
+        if (j >= 0 && c->sps[j] == f.sp && same_frame(last[j].frame, f)) {
+            int t = j;
+            report(last[t].frame, last[t].own);
+            while (walked < max && t > 0 && link_holds(last[t], last[t - 1])) {
+                --t;
+                report(last[t].frame, last[t].own);
+            }
+            if (t == 0 && last[0].rule.kind == FrameRule::Outermost) {
+                kept = j;
+                break;
+            }
+            // Cut by the depth limit, or a link broke, or the old stack
+            // ended where memory may have changed since: what was reused
+            // becomes part of the fresh frames, and the walk goes on.
+            for (int i = j; i >= t; --i) fresh[nf++] = last[i];
+            if (walked == max) break;
+            CachedFrame& from = fresh[nf - 1];
+            f = step(from.rule, from.frame, from.reads);
+            j = t - 1;
+            if (f.ip < 0x4000) break;  // where libunwind stops, too
+            continue;
+        }
+        const FrameRule& rule = rule_for(c, f.ip - 1);
+        if (rule.kind == FrameRule::Unsupported) return Walked{libunwind_stack(ips, max, own), false, 0};
+        bool is_own = own.holds(f.ip);
+        report(f, is_own);
+        Reads reads{};
+        Frame caller = rule.kind == FrameRule::Step ? step(rule, f, reads) : f;
+        if (fresh) fresh[nf++] = CachedFrame{f, reads, rule, is_own, 0};
+        if (rule.kind == FrameRule::Outermost) break;
+        f = caller;
+        if (f.ip < 0x4000) break;
+    }
+    if (!c) return Walked{n, false, 0};
+    // The fresh frames go above the kept ones. Those equal to what is
+    // there already (a link broke further up, the same frames came back)
+    // are left as they are: on equal frames below, their steps and hashes
+    // are equal too.
+    bool same = true;
+    for (int i = 0; i < nf; ++i) {
+        int at = kept + 1 + i;
+        const CachedFrame& frame = fresh[nf - 1 - i];
+        same = same && at < last_count && same_frame(last[at].frame, frame.frame);
+        if (same) continue;
+        uint64_t below = at ? last[at - 1].hash : 0;
+        last[at] = frame;
+        last[at].hash = frame.own ? below : mix(below, frame.frame.ip);
+        c->sps[at] = frame.frame.sp;
+    }
+    c->count = kept + 1 + nf;
+    return Walked{n, true, c->count ? last[c->count - 1].hash : 0};
+}
+
+}  // namespace
+
+// Every read stays between this frame and `top`, so a garbage frame pointer
+// ends the walk instead of faulting.
+__attribute__((noinline)) int walk_frame_pointers(uint64_t* ips, int max, uint64_t top) {
+    const OwnRange own = own_range();
+    auto* fp = static_cast<const uint64_t*>(__builtin_frame_address(0));
+    auto lo = reinterpret_cast<uint64_t>(fp);
+    int n = 0;
+    for (int walked = 0; walked < max; ++walked) {
+        auto at = reinterpret_cast<uint64_t>(fp);
+        if (at < lo || at + 16 > top || (at & 7)) break;
+        uint64_t ret = fp[1];
+        auto* next = reinterpret_cast<const uint64_t*>(fp[0]);
+        if (!ret) break;
+        if (!own.holds(ret)) ips[n++] = ret;
+        if (reinterpret_cast<uint64_t>(next) <= at) break;
+        fp = next;
+    }
+    return n;
+}
+
+__attribute__((noinline)) int unwind_stack(uint64_t* ips, int max) {
+    uint32_t slot;
+    StackCache* c = borrow(&slot);
+    Walked w = walk(caller_of(static_cast<const uint64_t*>(__builtin_frame_address(0))), ips, max, c);
+    if (c) give_back(slot);
+    return w.count;
+}
+
+__attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, uint32_t (*key)(uint64_t*, int)) {
+    uint32_t slot;
+    StackCache* c = borrow(&slot);
+    Walked w = walk(caller_of(static_cast<const uint64_t*>(__builtin_frame_address(0))), ips, max, c);
+    if (!w.cached || w.count > kMemoFrames) {
+        if (c) give_back(slot);
+        return key(ips, w.count);
+    }
+    if (c->max != max) {  // the key depends on it
+        memset(c->memos, 0, sizeof c->memos);
+        c->max = max;
+    }
+    Memo& m = c->memos[w.hash >> (64 - kMemoBits)];
+    size_t bytes = sizeof(uint64_t) * static_cast<size_t>(w.count);
+    if (!m.key || m.hash != w.hash || m.count != w.count || memcmp(m.ips, ips, bytes) != 0) {
+        m.hash = w.hash;
+        m.count = w.count;
+        memcpy(m.ips, ips, bytes);
+        m.key = key(ips, w.count);  // may rewrite ips: copied first
+    }
+    uint32_t k = m.key;
+    give_back(slot);
+    return k;
+}
+
+}  // namespace heapsnap::recorder

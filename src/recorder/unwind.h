@@ -1,0 +1,71 @@
+// The stack of the calling thread, for the recorder's hooks: return
+// addresses, innermost first, exactly those libunwind's unw_backtrace
+// reports, without the frames of the recorder itself.
+//
+// Why not unw_backtrace. A context save, unw_init_local and a cache probe
+// per frame cost about 200 ns on a 25-frame stack, and interning the
+// result as much again: together the largest cost of recording. But
+// consecutive allocations of a thread share most of their stack, and most
+// allocations come from a few stacks. So:
+//   - every frame is stepped with its CFI rule (frame_rules.h), and each
+//     thread's cache keeps its last stack: per frame its registers, its
+//     rule and the stack words the step read;
+//   - once the walk meets a frame of the last stack (same sp, ip and bp),
+//     the rest of the last stack is reused link by link, each link checked
+//     by re-reading the one to three words it was computed from (return
+//     address slot, saved rbp, the CFA of a realigned frame). A step is a
+//     function of the frame, its rule and those words, so equal words mean
+//     an equal caller: a reused stack is the stack a full unwind gives,
+//     never a guess. A link that no longer holds (the same leaf called from
+//     another caller at the same depth, a longjmp, a frame returned from
+//     and entered again) is stepped afresh and the walk goes on;
+//   - key() (the stack id) is remembered per stack by its ips, compared in
+//     full, so a stack seen lately is not hashed and looked up again.
+// The recorder's own frames at the top (hooks, called from any depth) are
+// stepped but not cached, so the cache starts with the program's frame.
+// On tools/bench-programs/alloc_bench.c (20-frame recursion) unwinding
+// and interning drop from ~440 to ~125 ns per allocation, on python3
+// (PYTHONMALLOC=malloc, tools/bench-programs/churn.py) from ~250 to ~160.
+//
+// A frame the rules do not cover (no CFI, unusual CFI, a signal frame)
+// sends its whole stack to unw_backtrace, filtered the same way.
+// Rejected: a frame-pointer walk checked against the CFI per return
+// address (right only where every function keeps a frame pointer; the
+// check costs what the rule lookup costs); trusting frames "probably
+// unchanged" without re-reading them (a stack reused unread can be wrong);
+// keeping the cache in TLS (it would sit on every thread's stack: static
+// TLS comes out of thread stacks) or per thread until exit (no exit hook
+// here, and churning threads would leak it).
+//
+// The caches: a pool of 64, each borrowed for one walk with an atomic
+// flag, so a thread, a signal handler interrupting it, another thread or a
+// fork child never use one at the same time; nothing in them is trusted
+// without the link check, so any thread may take any of them. About 60 KiB
+// each from raw_map, mapped on first use and counted as recorder memory.
+#pragma once
+
+#include <cstdint>
+
+namespace heapsnap::recorder {
+
+// Fills ips with the calling thread's stack, starting with the return
+// address into the caller of unwind_stack, without the frames of the
+// module this unwinder is linked into (the recorder: its hooks above the
+// program's frames, its pthread_create hook inside a stack). At most max
+// frames are walked, those left out included. Returns the count.
+int unwind_stack(uint64_t* ips, int max);
+
+// Unwinds like unwind_stack and returns key(ips, n) for the stack; for a
+// stack of the same ips as one the cache remembers, the earlier result
+// without calling key. key must depend on ips, n and max only, and may
+// change ips; a 0 result is not remembered.
+uint32_t unwind_stack_key(uint64_t* ips, int max, uint32_t (*key)(uint64_t* ips, int n));
+
+// --unwind fp: follows the saved frame pointers, left out and limited the
+// same way, reading nothing at or above `top` (the thread's stack top).
+// Right only for code built with frame pointers: a function without one
+// ends the stack or, worse, hides its caller, which is why it is the
+// user's choice and not what auto picks.
+int walk_frame_pointers(uint64_t* ips, int max, uint64_t top);
+
+}  // namespace heapsnap::recorder

@@ -1,0 +1,249 @@
+// Differential test of the recorder's unwinder (src/recorder/unwind.h):
+// on thousands of random stacks built from every frame shape a compiler
+// emits, and in signal handlers that interrupt them at random
+// instructions, unwind_stack must report exactly what libunwind's
+// unw_backtrace reports, and unwind_stack_key must hand out the key of
+// exactly that stack. Built -O2 so the shapes are what optimised code
+// looks like; the recorder's sources are linked in directly.
+#include <alloca.h>
+#include <dlfcn.h>
+#include <doctest/doctest.h>
+#include <libunwind.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "recorder/unwind.h"
+
+using heapsnap::recorder::unwind_stack;
+using heapsnap::recorder::unwind_stack_key;
+
+namespace {
+
+constexpr int kMax = 264;  // the recorder's deepest stack: 256 frames + 8 of its own
+
+uint64_t rng = 88172645463325252ull;
+uint64_t next_random() {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+struct Tally {
+    long checks = 0;
+    long mismatches = 0;
+};
+Tally g_tally;
+volatile int g_sink;
+
+// unw_backtrace from the caller, without the frames of the unwinder's
+// library (those unwind_stack leaves out: a signal may interrupt it).
+__attribute__((noinline)) std::vector<uint64_t> libunwind_stack() {
+    static dl_find_object lib;
+    if (!lib.dlfo_map_start) _dl_find_object(reinterpret_cast<void*>(&unwind_stack), &lib);
+    void* all[kMax];
+    int n = unw_backtrace(all, kMax);
+    std::vector<uint64_t> stack;
+    for (int i = 1; i < n; ++i)
+        if (all[i] < lib.dlfo_map_start || all[i] >= lib.dlfo_map_end) stack.push_back(reinterpret_cast<uint64_t>(all[i]));
+    return stack;
+}
+
+// Both unwinders from the same frame; their first entries are return
+// addresses of two different calls in this function, everything after
+// must be equal.
+__attribute__((noinline)) void compare_here(Tally& tally) {
+    uint64_t ours[kMax];
+    int n = unwind_stack(ours, kMax);
+    std::vector<uint64_t> theirs = libunwind_stack();
+    bool same = static_cast<size_t>(n) == theirs.size() && n > 1;
+    for (int i = 1; same && i < n; ++i) same = ours[i] == theirs[i];
+    ++tally.checks;
+    if (!same) ++tally.mismatches;
+}
+
+// ---- keys: the key function interns stacks the way the recorder does ----------
+
+std::vector<std::vector<uint64_t>> g_keyed;
+long g_key_calls = 0;
+
+uint32_t intern(uint64_t* ips, int n) {
+    ++g_key_calls;
+    std::vector<uint64_t> stack(ips + 1, ips + n);  // without the return address into compare_key
+    for (size_t i = 0; i < g_keyed.size(); ++i)
+        if (g_keyed[i] == stack) return static_cast<uint32_t>(i + 1);
+    g_keyed.push_back(stack);
+    return static_cast<uint32_t>(g_keyed.size());
+}
+
+Tally g_key_tally;
+
+__attribute__((noinline)) void compare_key() {
+    uint64_t ips[kMax];
+    uint32_t key = unwind_stack_key(ips, kMax, intern);
+    std::vector<uint64_t> theirs = libunwind_stack();
+    std::vector<uint64_t> expected(theirs.begin() + 1, theirs.end());
+    ++g_key_tally.checks;
+    if (key == 0 || key > g_keyed.size() || g_keyed[key - 1] != expected) ++g_key_tally.mismatches;
+}
+
+// ---- shapes -------------------------------------------------------------------------
+
+// What a leaf does: compare, compare keys, or only unwind (while signals
+// arrive: libunwind interrupted by itself slows to a crawl).
+enum class Leaf { Compare, CompareKeys, Unwind };
+Leaf g_leaf = Leaf::Compare;
+
+__attribute__((noinline)) void unwind_only() {
+    uint64_t ips[kMax];
+    g_sink = unwind_stack(ips, kMax);
+}
+
+void at_leaf() {
+    // The same stack several times in a row: the cache's fast path.
+    int repeat = 1 + static_cast<int>(next_random() % 3);
+    for (int i = 0; i < repeat; ++i) {
+        switch (g_leaf) {
+            case Leaf::Compare: compare_here(g_tally); break;
+            case Leaf::CompareKeys: compare_key(); break;
+            case Leaf::Unwind: unwind_only(); break;
+        }
+    }
+}
+
+using Shape = void (*)(int);
+extern const Shape kShapes[];
+extern const int kShapeCount;
+
+__attribute__((noinline)) void descend(int depth) {
+    if (depth <= 0) {
+        at_leaf();
+        return;
+    }
+    kShapes[next_random() % kShapeCount](depth - 1);
+    g_sink = depth;  // no tail call
+}
+
+__attribute__((noinline)) void with_fp(int depth) {
+    descend(depth);
+    if (next_random() % 4 == 0) at_leaf();  // shorter stack, the old one below it
+    g_sink = depth;
+}
+
+__attribute__((noinline, optimize("omit-frame-pointer"))) void without_fp(int depth) {
+    descend(depth);
+    g_sink = depth;
+}
+
+__attribute__((noinline)) void with_alloca(int depth) {
+    auto* p = static_cast<volatile char*>(alloca(16 + next_random() % 2000));
+    p[0] = 1;
+    descend(depth);
+    g_sink = p[0];
+}
+
+__attribute__((noinline, optimize("omit-frame-pointer"))) void big_frame(int depth) {
+    volatile char big[9000];
+    big[0] = 1;
+    descend(depth);
+    g_sink = big[0];
+}
+
+// An over-aligned local plus alloca: GCC realigns through DRAP, whose CFA
+// is a DWARF expression.
+__attribute__((noinline)) void realigned(int depth) {
+    alignas(64) volatile char aligned[64];
+    auto* p = static_cast<volatile char*>(alloca(16 + next_random() % 300));
+    aligned[0] = 1;
+    p[0] = 1;
+    descend(depth);
+    g_sink = aligned[0] + p[0];
+}
+
+__attribute__((noinline)) void twin_common(int depth) {
+    descend(depth);
+    g_sink = depth;
+}
+
+// Identical frames: the same leaf at the same depth from two callers.
+__attribute__((noinline)) void twin_a(int depth) {
+    twin_common(depth);
+    g_sink = depth;
+}
+
+__attribute__((noinline)) void twin_b(int depth) {
+    twin_common(depth);
+    g_sink = depth;
+}
+
+const Shape kShapes[] = {with_fp, without_fp, with_alloca, big_frame, realigned, twin_a, twin_b};
+const int kShapeCount = sizeof kShapes / sizeof kShapes[0];
+
+void random_stacks(int rounds) {
+    for (int i = 0; i < rounds; ++i) descend(1 + static_cast<int>(next_random() % 60));
+}
+
+// ---- signals --------------------------------------------------------------------------
+
+Tally g_signal_tally;
+
+void on_alarm(int) { compare_here(g_signal_tally); }
+
+}  // namespace
+
+TEST_CASE("unwind_stack reports what unw_backtrace reports, on random stacks of every shape") {
+    g_tally = {};
+    random_stacks(3000);
+    CHECK(g_tally.checks > 10000);
+    CHECK(g_tally.mismatches == 0);
+}
+
+TEST_CASE("unwind_stack in signal handlers that interrupt random stacks anywhere") {
+    random_stacks(200);  // rules and caches in place before signals arrive
+    g_leaf = Leaf::Unwind;  // the handler may interrupt our unwinder, never libunwind
+    g_signal_tally = {};
+    struct sigaction sa {};
+    sa.sa_handler = on_alarm;
+    sigaction(SIGALRM, &sa, nullptr);
+    // A high-resolution timer aimed at this thread, every 500 us; at most
+    // 3 seconds, as libunwind takes milliseconds for a stack through a
+    // signal frame (it checks every word it reads with system calls).
+    sigevent ev{};
+    ev.sigev_notify = SIGEV_THREAD_ID;
+    ev.sigev_signo = SIGALRM;
+    ev._sigev_un._tid = gettid();
+    timer_t timer;
+    REQUIRE(timer_create(CLOCK_MONOTONIC, &ev, &timer) == 0);
+    itimerspec every{{0, 500000}, {0, 500000}};
+    timer_settime(timer, 0, &every, nullptr);
+    timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    do {
+        random_stacks(10);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while (g_signal_tally.checks < 1000 && now.tv_sec - start.tv_sec < 3);
+    timer_delete(timer);
+    signal(SIGALRM, SIG_DFL);
+    g_leaf = Leaf::Compare;
+    CHECK(g_signal_tally.checks >= 100);
+    CHECK(g_signal_tally.mismatches == 0);
+}
+
+TEST_CASE("unwind_stack_key returns the key of exactly the stack unwound, calling key only for a new one") {
+    g_leaf = Leaf::CompareKeys;
+    g_key_tally = {};
+    g_key_calls = 0;
+    random_stacks(2000);
+    g_leaf = Leaf::Compare;
+    CHECK(g_key_tally.checks > 5000);
+    CHECK(g_key_tally.mismatches == 0);
+    // Repeated leaves and alternating twins reuse keys: key runs far less
+    // often than once per stack, but at least once per distinct stack.
+    CHECK(g_key_calls >= static_cast<long>(g_keyed.size()));
+    CHECK(g_key_calls < g_key_tally.checks);
+}
