@@ -2,11 +2,9 @@
 // .eh_frame CFI row of that address, reduced to the three registers a walk
 // needs (rsp, rbp, rip) and cached for the life of the process.
 //
-// Why our own CFI reader. libunwind's unw_backtrace costs about 200 ns for
-// a 25-frame stack (a per-thread cache per frame, but unw_init_local and a
-// context save per call); with a reduced rule per address the walk is two
-// loads per frame, which is what makes recording cheap (unwind.h). Only the
-// shapes compilers emit at call sites are reduced:
+// Why our own CFI reader: with a reduced rule per address a step is two or
+// three loads (unwind.h says what that buys). Only the shapes compilers
+// emit at call sites are reduced:
 //   CFA  = rsp|rbp + n, or *(rsp|rbp + n) (a realigned frame: GCC's DRAP);
 //   rip  = *(CFA + n) or *(rsp|rbp + n);
 //   rbp  = unchanged, *(CFA + n) or *(rsp|rbp + n).
@@ -27,10 +25,12 @@
 // and claims an empty slot with a CAS. Two threads missing the same address
 // may both insert it; both copies are equal. When the table passes half
 // full a table four times larger replaces it and refills on demand; old
-// tables are never unmapped, so a rule pointer stays valid for good (the
-// per-thread stack cache keeps them). Rejected: a per-thread cache as in
-// libunwind (every thread pays every miss, and memory grows with threads);
-// a lock around misses (a fork child could inherit it held).
+// tables are never unmapped, so a reader racing the switch and a rule
+// pointer handed out stay valid. A slot claimed by a thread that is
+// interrupted for good (a fork child, a dying thread) before it publishes
+// is lost, nothing more. Rejected: a per-thread cache as in libunwind
+// (every thread pays every miss, and memory grows with threads); a lock
+// around misses (a fork child could inherit it held).
 //
 // Caveat shared with libunwind's trace cache: a rule is keyed by address
 // only. A library unloaded and a *different* one mapped at the same address

@@ -115,6 +115,7 @@ void on_thread_exit(void*) {
     slot.kind = SlotKind::ThreadExit;
     emit(slot);
     retire_current_thread();
+    if (live_thread_count() == 0) writer_pause();
 }
 
 void before_fork() {

@@ -139,6 +139,7 @@ bool emit(Slot slot) {
         if (t_state.ring) {
             g_live_threads.fetch_add(1, std::memory_order_relaxed);
             watch_thread_exit(t_state.ring);
+            if (!writer_running()) writer_start_thread();  // paused by the last thread's exit
         }
         t_state.internal--;
         if (!t_state.ring) return false;

@@ -644,6 +644,20 @@ void writer_drain_inline() {
     if (g_fd >= 0) round_locked();
 }
 
+void writer_pause() {
+    if (g_running.exchange(false)) {
+        g_stop.store(true, std::memory_order_release);
+        wake_now();
+        pthread_join(g_thread, nullptr);
+    }
+    control_close();
+    LockGuard guard(g_writer_lock);
+    if (g_fd < 0 || g_ended) return;
+    while (round_locked()) {
+    }
+    flush_frame();
+}
+
 void writer_stop(hslog::EndReason reason) {
     if (g_running.exchange(false)) {
         g_stop.store(true, std::memory_order_release);

@@ -31,6 +31,15 @@ void writer_wake();
 void writer_drain_inline();
 // Final rounds, End record, close. Safe to call more than once.
 void writer_stop(hslog::EndReason reason);
+// The last thread of the program that recorded anything is exiting: the
+// writer thread must not be the one that keeps the process alive (glibc
+// ends the process when its last thread exits, and a main thread that
+// called pthread_exit would otherwise wait for the writer forever). Stops
+// the writer thread and the control socket after writing everything
+// published; the log stays open, events are then written when a ring
+// fills and at exit, and a thread that records again starts the writer
+// anew (emit).
+void writer_pause();
 // In a fork child: forget the parent's file and thread (not running here).
 void writer_forget_after_fork();
 

@@ -134,6 +134,16 @@ class StressTest(UnchangedTest):
                 self.assert_site_entry(log, "0s", "after-close", "after_close", "close_fds.c", 16665, 3)
                 self.assert_site_entry(log, "0s", "exit", "after_close", "close_fds.c", 16665, 3)
 
+    def test_main_thread_pthread_exit(self):
+        # The writer thread must not keep the process alive once the
+        # program's last thread has gone.
+        result, logs = self.assert_unchanged([program("stress_main_exit")], status=0)
+        self.assertEqual(result.stdout, b"main_exit: worker done\n")
+        log = self.one_log(logs)
+        self.assert_replays(log, ended=("exit",))
+        self.assert_site_entry(log, "0s", "exit", "worker_keep", "main_exit.c", 100, 1)
+        self.assert_site_entry(log, "0s", "exit", "main_keep", "main_exit.c", 10, 1)
+
     def test_exit_from_a_thread(self):
         result, logs = self.assert_unchanged([program("stress_exit_thread")], status=3)
         self.assertEqual(result.stdout, b"exit_thread: exiting from a thread\n")

@@ -1,10 +1,13 @@
 // Differential test of the recorder's unwinder (src/recorder/unwind.h):
 // on thousands of random stacks built from every frame shape a compiler
-// emits, and in signal handlers that interrupt them at random
-// instructions, unwind_stack must report exactly what libunwind's
-// unw_backtrace reports, and unwind_stack_key must hand out the key of
-// exactly that stack. Built -O2 so the shapes are what optimised code
-// looks like; the recorder's sources are linked in directly.
+// emits, unwind_stack must report exactly what libunwind's unw_backtrace
+// reports, and unwind_stack_key must hand out the key of exactly that
+// stack. So must unwind_stack in signal handlers that interrupt those
+// stacks (and the unwinder itself) at random instructions: its walk down
+// to the signal frame, the handoff to libunwind there, a cache busy in
+// the interrupted walk. Built -O2 so the shapes are what optimised code
+// looks like; the unwinder comes as a library of its own, built like the
+// recorder (tests/meson.build).
 #include <alloca.h>
 #include <dlfcn.h>
 #include <doctest/doctest.h>
