@@ -177,8 +177,8 @@ void setup_run(CLI::App& app, Action& action) {
         ->default_val(o->output);
     sub->add_option("--interval", o->interval, "Write a marker every SECONDS")->check(CLI::Range(0.001, 86400.0));
     sub->add_option("--unwind", o->unwind,
-                    "Stack unwinding: dwarf (libunwind, always right), fp (frame pointers: fast, only for code built "
-                    "with -fno-omit-frame-pointer) or auto (= dwarf)")
+                    "Stack unwinding: dwarf (the binaries' .eh_frame unwind tables, always right), fp (frame "
+                    "pointers: only for code built with -fno-omit-frame-pointer) or auto (= dwarf)")
         ->check(CLI::IsMember({"auto", "dwarf", "fp"}))
         ->default_val(o->unwind);
     sub->add_option("--depth", o->depth, "Frames kept per stack")->check(CLI::Range(1, 256))->default_val(o->depth);
