@@ -644,31 +644,21 @@ void writer_drain_inline() {
     if (g_fd >= 0) round_locked();
 }
 
-void writer_pause() {
+namespace {
+
+// Joins the writer thread (if it runs) and closes the control socket.
+void stop_writer_thread() {
     if (g_running.exchange(false)) {
         g_stop.store(true, std::memory_order_release);
         wake_now();
         pthread_join(g_thread, nullptr);
     }
     control_close();
-    LockGuard guard(g_writer_lock);
-    if (g_fd < 0 || g_ended) return;
-    while (round_locked()) {
-    }
-    flush_frame();
 }
 
-void writer_stop(hslog::EndReason reason) {
-    if (g_running.exchange(false)) {
-        g_stop.store(true, std::memory_order_release);
-        wake_now();
-        pthread_join(g_thread, nullptr);
-    }
-    control_close();
-    LockGuard guard(g_writer_lock);
-    if (g_fd < 0 || g_ended) return;
-    // Drain until every published event is written; another thread that is
-    // still inside a hook holds the watermark back only briefly.
+// Drains until every published event is written; another thread that is
+// still inside a hook holds the watermark back only briefly.
+void drain_published_locked() {
     for (int idle = 0; idle < 200;) {
         if (round_locked()) {
             idle = 0;
@@ -683,6 +673,23 @@ void writer_stop(hslog::EndReason reason) {
         timespec pause{0, 1000000};
         nanosleep(&pause, nullptr);
     }
+}
+
+}  // namespace
+
+void writer_pause() {
+    stop_writer_thread();
+    LockGuard guard(g_writer_lock);
+    if (g_fd < 0 || g_ended) return;
+    drain_published_locked();
+    flush_frame();
+}
+
+void writer_stop(hslog::EndReason reason) {
+    stop_writer_thread();
+    LockGuard guard(g_writer_lock);
+    if (g_fd < 0 || g_ended) return;
+    drain_published_locked();
     codec::Writer w = reserve(2 + 2 * codec::kMaxVarint);
     hslog::put_end(w, advance_time(now_ns()), reason, g_events);
     commit(w);
