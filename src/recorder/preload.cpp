@@ -169,6 +169,7 @@ bool initialize() {
         return false;
     }
     init_clock();
+    order_publication_init();
     g_start_ns = now_ns();
     g_owner = getpid();
     init_recorder_range();

@@ -1,6 +1,9 @@
 #include "recorder/thread_buffer.h"
 
+#include <linux/membarrier.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <new>
@@ -20,6 +23,10 @@ ThreadRing* g_rings = nullptr;      // registered, in registration order
 ThreadRing* g_free_rings = nullptr;  // drained, ready for reuse
 std::atomic<uint32_t> g_next_thread{0};
 std::atomic<uint32_t> g_live_threads{0};
+
+// Registered for membarrier: producers raise in_flight with a plain store
+// (see thread_buffer.h). Set once before the first event.
+bool g_asymmetric_fence = false;
 
 // Events of threads whose own ring was already retired (frees run by TLS
 // destructors after our key destructor) share one ring under a lock.
@@ -83,7 +90,12 @@ void append(ThreadRing& ring, Slot& slot) {
     bool outer = ring.depth++ == 0;
     if (outer) {
         wait_for_room(ring, kNestedReserve);
-        ring.in_flight.exchange(1, std::memory_order_seq_cst);
+        if (g_asymmetric_fence) {
+            ring.in_flight.store(1, std::memory_order_relaxed);
+            std::atomic_signal_fence(std::memory_order_seq_cst);  // the store stays before the clock read
+        } else {
+            ring.in_flight.exchange(1, std::memory_order_seq_cst);
+        }
     } else {
         // A signal handler inside a hook: the writer can still drain every
         // published slot, which is all but the interrupted ones.
@@ -154,6 +166,18 @@ void retire_current_thread() {
     t_state.ring = nullptr;
     t_state.retired = true;
     g_live_threads.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void order_publication_init() {
+    g_asymmetric_fence = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
+
+void order_after_clock_read() {
+    // Registration is per process and inherited by a fork child, so this
+    // does not fail once it succeeded; if it ever did, the writer's own
+    // fence is all that is left.
+    if (g_asymmetric_fence) syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
 SpinLock& registry_lock() { return g_registry_lock; }

@@ -12,12 +12,24 @@
 // replays every address in its true order.
 //
 // Why `in_flight`. The writer may only emit an event once no thread can
-// still produce an earlier one. A thread raises in_flight (a full barrier)
-// before reading the clock and lowers it after publishing, so the writer,
-// having read the clock itself first, knows: an idle thread's next event is
-// later than the writer's clock reading; a busy thread's next event is
-// later than its last published one. The minimum of those bounds is the
-// watermark below which the merge is final.
+// still produce an earlier one. A thread raises in_flight before reading
+// the clock and lowers it after publishing, so the writer, having read the
+// clock itself first, knows: an idle thread's next event is later than the
+// writer's clock reading; a busy thread's next event is later than its last
+// published one. The minimum of those bounds is the watermark below which
+// the merge is final.
+//
+// The raise must be ordered before the clock read as the writer sees it.
+// A locked instruction on every event does that but costs ~20 ns, a fifth
+// of an event's whole cost. So the fence is asymmetric where the kernel
+// offers it (membarrier, Linux 4.14): producers raise in_flight with a
+// plain store, and the writer, after reading its clock, runs
+// membarrier(PRIVATE_EXPEDITED), which executes a full barrier on every
+// CPU running one of our threads. A raise before that barrier is visible
+// to the writer's loads after it; a raise after it comes later in program
+// order than an interrupt that arrived after the writer's clock read, so
+// the stamp that follows it is later too. Without membarrier every raise is
+// a locked exchange (order_publication_init says which).
 //
 // Rejected: a global lock or a global sequence counter (one contended cache
 // line for every allocation of every thread); sorting in the reader (the
@@ -72,17 +84,21 @@ inline constexpr uint64_t kRingSlots = 8192;
 // Room kept free for slots written by signal handlers nested in a hook.
 inline constexpr uint64_t kNestedReserve = 16;
 
+// Each line below has one writer: a line written by both sides would move
+// between the cores on every event.
 struct ThreadRing {
     alignas(64) std::atomic<uint64_t> head{0};  // slots published (producer)
     alignas(64) std::atomic<uint64_t> tail{0};  // slots consumed (writer)
     alignas(64) std::atomic<uint32_t> in_flight{0};
     std::atomic<uint32_t> retired{0};  // its thread will publish nothing more
-    uint64_t local_head = 0;           // producer-private: next slot to fill
-    uint32_t depth = 0;                // producer-private: hook nesting
+    // Producer-private.
+    alignas(64) uint64_t local_head = 0;  // next slot to fill
+    uint32_t depth = 0;                   // hook nesting
     uint32_t thread_index = 0;
-    uint64_t last_ts = 0;  // writer-private: stamp of the last consumed slot
+    // Writer-private.
+    alignas(64) uint64_t last_ts = 0;  // stamp of the last consumed slot
     ThreadRing* next = nullptr;
-    Slot slots[kRingSlots];
+    alignas(64) Slot slots[kRingSlots];
 };
 
 // What each thread keeps in (initial-exec) TLS.
@@ -115,7 +131,15 @@ uint32_t current_thread_index();
 // published; the writer may recycle the ring once drained.
 void retire_current_thread();
 
+// Chooses how producers raise in_flight: registers for membarrier. Once at
+// start, before any event.
+void order_publication_init();
+
 // Writer side ---------------------------------------------------------------
+
+// Between the writer's clock read and its in_flight loads: every thread's
+// raise made before this call is visible after it.
+void order_after_clock_read();
 
 // Calls fn(ring) for every registered ring under the registry lock.
 template <class Fn>

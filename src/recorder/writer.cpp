@@ -292,7 +292,7 @@ bool later(const Cursor& a, const Cursor& b) {
 size_t round_locked() {
     recalibrate_clock();
     uint64_t clock = now_ticks();
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    order_after_clock_read();
     uint64_t watermark = UINT64_MAX;
     size_t n = 0;
     {
