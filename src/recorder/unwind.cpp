@@ -209,9 +209,9 @@ struct Walked {
 };
 
 // Walks from `f`: at most max frames, our own ones included; the others
-// go to ips. Our frames at the top are stepped and left out of the cache,
-// so the cached stack starts with the program's frame, whatever depth the
-// program called from.
+// go to ips. Our frames at the top are followed by frame pointer and left
+// out of the cache, so the cached stack starts with the program's frame,
+// whatever depth the program called from.
 //
 // With a cache: as soon as a frame equals one of the last stack (same sp,
 // ip, bp and lookup address), the last stack's frames from there are
@@ -225,13 +225,10 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c) {
     if (max > kMaxFrames) max = kMaxFrames;
     const OwnRange own = own_range();
     int walked = 0;
-    for (; walked < max && own.holds(f.ip); ++walked) {
-        const FrameRule& rule = rule_for(c, f.ip - 1);
-        if (rule.kind != FrameRule::Step) return Walked{libunwind_stack(ips, max, own), false, 0};
-        Reads reads;
-        f = step(rule, f, reads);
-        if (f.ip < 0x4000) return Walked{0, false, 0};
-    }
+    // Our frames at the top (the hook and the calls down to here) keep
+    // frame pointers (meson.build), so each caller is one load away: no
+    // rule lookup for frames that are never reported.
+    for (; walked < max && own.holds(f.ip); ++walked) f = caller_of(reinterpret_cast<const uint64_t*>(f.bp));
     CachedFrame* last = c ? c->frames : nullptr;
     CachedFrame* fresh = c ? c->fresh : nullptr;
     int last_count = c ? c->count : 0;
