@@ -24,6 +24,11 @@ ThreadRing* g_free_rings = nullptr;  // drained, ready for reuse
 std::atomic<uint32_t> g_next_thread{0};
 std::atomic<uint32_t> g_live_threads{0};
 
+// Rings created so far; from the second one on, stamps are ordered across
+// threads (thread_buffer.h, "One thread").
+std::atomic<uint32_t> g_rings_created{0};
+std::atomic<bool> g_several_threads{false};
+
 // Registered for membarrier: producers raise in_flight with a plain store
 // (see thread_buffer.h). Set once before the first event.
 bool g_asymmetric_fence = false;
@@ -50,6 +55,9 @@ ThreadRing* new_ring(uint32_t thread_index) {
         if (!mem) return nullptr;
         ring = static_cast<ThreadRing*>(mem);
     }
+    // Before this ring's first stamp.
+    if (g_rings_created.fetch_add(1, std::memory_order_relaxed) > 0)
+        g_several_threads.store(true, std::memory_order_seq_cst);
     new (ring) ThreadRing();
     ring->thread_index = thread_index;
     LockGuard guard(g_registry_lock);
@@ -102,7 +110,7 @@ void append(ThreadRing& ring, Slot& slot) {
         wait_for_room(ring, 1);
     }
     Slot& dst = ring.slots[claim_slot(ring) % kRingSlots];
-    slot.ts = now_ticks();
+    slot.ts = g_several_threads.load(std::memory_order_acquire) ? now_ticks() : now_ticks_unordered();
     dst = slot;
     if (outer) {
         ring.head.store(ring.local_head, std::memory_order_release);
@@ -208,6 +216,8 @@ void reset_rings_after_fork() {
     g_shared_owner.store(0, std::memory_order_relaxed);
     g_rings = nullptr;
     g_free_rings = nullptr;
+    g_rings_created.store(0, std::memory_order_relaxed);  // this thread alone
+    g_several_threads.store(false, std::memory_order_relaxed);
     g_shared_ring = nullptr;
     t_state.ring = nullptr;
     t_state.retired = false;

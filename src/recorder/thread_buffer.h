@@ -35,6 +35,17 @@
 // line for every allocation of every thread); sorting in the reader (the
 // reader would need unbounded lookahead).
 //
+// One thread. The stamp's lfence (clock.h) orders it after the allocator's
+// memory accesses, which only matters against another thread's events; it
+// costs about a tenth of an event. So until a second ring is ever created
+// a process stamps with a bare rdtsc. The thread that creates the second
+// ring switches every thread to ordered stamps before its own first stamp,
+// and any event of the first thread that depends on one of the new
+// thread's (it reuses a block the new thread freed, or frees one it
+// allocated) reads the switch after observing that event, so it is
+// stamped in order too. Events of the first thread that depend on none are
+// concurrent, and any order of them is a true one.
+//
 // A signal handler that allocates while the thread is inside a hook writes
 // its slot next to the interrupted one; only the outermost event publishes,
 // so both become visible together and in stamp order. One that interrupts
