@@ -106,6 +106,7 @@ struct StackCache {
     int count;  // frames of the last stack, outermost first, so a new
                 // stack that shares its outer part rewrites only the top
     int max;    // of the walks the memos were made for
+    uint32_t last_key;  // key() of the last stack; 0: unknown
     CachedFrame frames[kMaxFrames];
     uint64_t sps[kMaxFrames];       // frames[i].frame.sp, densely, for the search by sp
     CachedFrame fresh[kMaxFrames];  // the new stack above its kept part, innermost first
@@ -203,9 +204,10 @@ __attribute__((noinline)) int libunwind_stack(uint64_t* ips, int max, OwnRange o
 }
 
 struct Walked {
-    int count;      // frames in ips
-    bool cached;    // the stack is now the cache's last one
-    uint64_t hash;  // of ips, if cached
+    int count;       // frames in ips
+    bool cached;     // the stack is now the cache's last one
+    bool unchanged;  // ... and it was the last one before, frame for frame
+    uint64_t hash;   // of ips, if cached
 };
 
 // Walks from `f`: at most max frames, our own ones included; the others
@@ -265,7 +267,7 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c) {
             continue;
         }
         const FrameRule& rule = rule_for(c, f.ip - 1);
-        if (rule.kind == FrameRule::Unsupported) return Walked{libunwind_stack(ips, max, own), false, 0};
+        if (rule.kind == FrameRule::Unsupported) return Walked{libunwind_stack(ips, max, own), false, false, 0};
         bool is_own = own.holds(f.ip);
         report(f, is_own);
         Reads reads{};
@@ -275,7 +277,7 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c) {
         f = caller;
         if (f.ip < 0x4000) break;
     }
-    if (!c) return Walked{n, false, 0};
+    if (!c) return Walked{n, false, false, 0};
     // The fresh frames go above the kept ones. Those equal to what is
     // there already (a link broke further up, the same frames came back)
     // are left as they are: on equal frames below, their steps and hashes
@@ -291,8 +293,9 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c) {
         last[at].hash = frame.own ? below : mix(below, frame.frame.ip);
         c->sps[at] = frame.frame.sp;
     }
+    bool unchanged = same && kept + 1 + nf == last_count;
     c->count = kept + 1 + nf;
-    return Walked{n, true, c->count ? last[c->count - 1].hash : 0};
+    return Walked{n, true, unchanged, c->count ? last[c->count - 1].hash : 0};
 }
 
 }  // namespace
@@ -321,7 +324,10 @@ __attribute__((noinline)) int unwind_stack(uint64_t* ips, int max) {
     uint32_t slot;
     StackCache* c = borrow(&slot);
     Walked w = walk(caller_of(static_cast<const uint64_t*>(__builtin_frame_address(0))), ips, max, c);
-    if (c) give_back(slot);
+    if (c) {
+        c->last_key = 0;  // the cache may hold another stack now
+        give_back(slot);
+    }
     return w.count;
 }
 
@@ -330,12 +336,23 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, uint
     StackCache* c = borrow(&slot);
     Walked w = walk(caller_of(static_cast<const uint64_t*>(__builtin_frame_address(0))), ips, max, c);
     if (!w.cached || w.count > kMemoFrames) {
-        if (c) give_back(slot);
+        if (c) {
+            c->last_key = 0;
+            give_back(slot);
+        }
         return key(ips, w.count);
     }
     if (c->max != max) {  // the key depends on it
         memset(c->memos, 0, sizeof c->memos);
+        c->last_key = 0;
         c->max = max;
+    }
+    // The same stack as last time (a loop allocating at one place): its key
+    // without hashing or comparing ips.
+    if (w.unchanged && c->last_key) {
+        uint32_t k = c->last_key;
+        give_back(slot);
+        return k;
     }
     Memo& m = c->memos[w.hash >> (64 - kMemoBits)];
     size_t bytes = sizeof(uint64_t) * static_cast<size_t>(w.count);
@@ -346,6 +363,7 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, uint
         m.key = key(ips, w.count);  // may rewrite ips: copied first
     }
     uint32_t k = m.key;
+    c->last_key = k;
     give_back(slot);
     return k;
 }
