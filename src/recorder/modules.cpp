@@ -46,8 +46,6 @@ uint32_t g_capacity = 0;
 uint32_t* g_sorted = nullptr;  // indices of loaded modules by start address
 uint32_t g_sorted_count = 0;
 
-uint64_t g_self_lo = 0;
-uint64_t g_self_hi = 0;
 char g_exe[kMaxPath];
 size_t g_exe_len = 0;
 
@@ -190,21 +188,6 @@ const Module* find_loaded(uint64_t ip) {
     return ip < m.end ? &m : nullptr;
 }
 
-int find_self(dl_phdr_info* info, size_t, void* target) {
-    auto addr = reinterpret_cast<uint64_t>(target);
-    for (int i = 0; i < info->dlpi_phnum; ++i) {
-        const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-        if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
-        uint64_t s = info->dlpi_addr + ph.p_vaddr;
-        if (addr >= s && addr < s + ph.p_memsz) {
-            g_self_lo = s;
-            g_self_hi = s + ph.p_memsz;
-            return 1;
-        }
-    }
-    return 0;
-}
-
 }  // namespace
 
 SpinLock& metadata_lock() { return g_lock; }
@@ -256,13 +239,10 @@ void requeue_all_modules() {
         if (g_modules[i].loaded) queue_load(g_modules[i]);
 }
 
-bool is_recorder_address(uint64_t ip) { return ip >= g_self_lo && ip < g_self_hi; }
-
-void init_recorder_range() {
+void init_exe_path() {
     ssize_t n = readlink("/proc/self/exe", g_exe, sizeof g_exe - 1);
     g_exe_len = n > 0 ? static_cast<size_t>(n) : 0;
     g_exe[g_exe_len] = 0;
-    dl_iterate_phdr(find_self, reinterpret_cast<void*>(&init_recorder_range));
 }
 
 const char* exe_path() { return g_exe; }

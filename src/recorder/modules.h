@@ -13,8 +13,8 @@
 //
 // Every change is queued as an encoded ModuleLoad/ModuleUnload record for
 // the writer, which emits queued metadata before any stack that uses it.
-// All functions except is_recorder_address()/exe_path() are called with the metadata
-// lock held.
+// All functions except init_exe_path()/exe_path() are called with the
+// metadata lock held.
 #pragma once
 
 #include <cstdint>
@@ -41,11 +41,9 @@ ResolvedFrame resolve_frame(uint64_t ip);
 // new log that must describe the modules again).
 void requeue_all_modules();
 
-// The address range of the recorder's own code, to trim its frames.
-bool is_recorder_address(uint64_t ip);
-void init_recorder_range();
-
-// Absolute path of the executable (from /proc/self/exe), cached.
+// Absolute path of the executable (from /proc/self/exe), read once at start
+// and cached.
+void init_exe_path();
 const char* exe_path();
 
 }  // namespace heapsnap::recorder

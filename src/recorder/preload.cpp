@@ -172,7 +172,7 @@ bool initialize() {
     order_publication_init();
     g_start_ns = now_ns();
     g_owner = getpid();
-    init_recorder_range();
+    init_exe_path();
     // libunwind's default cache is global and locked: threads allocating at
     // once would queue on it.
     unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);

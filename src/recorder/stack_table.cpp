@@ -11,10 +11,13 @@
 namespace heapsnap::recorder {
 namespace {
 
+// A stack keeps its return addresses only: the (module, offset) form the
+// log wants is computed when its record is queued, which is once, plus once
+// more in a fork child. Keeping it as well would triple the table (16 bytes
+// a frame beside 8; tens of MiB on a compiler).
 struct Entry {
     uint64_t hash;
     const uint64_t* ips;
-    const ResolvedFrame* frames;
     uint32_t n;
 };
 
@@ -98,7 +101,10 @@ void queue_stack_record(uint32_t id, const Entry& e) {
     codec::Writer w(nullptr, 0);
     if (!metadata_reserve(2 * codec::kMaxVarint + 1 + e.n * 2 * codec::kMaxVarint, &w)) return;
     hslog::put_stack_header(w, id, e.n);
-    for (uint32_t i = 0; i < e.n; ++i) hslog::put_stack_frame(w, e.frames[i].module, e.frames[i].vaddr);
+    for (uint32_t i = 0; i < e.n; ++i) {
+        ResolvedFrame f = resolve_frame(e.ips[i]);
+        hslog::put_stack_frame(w, f.module, f.vaddr);
+    }
     metadata_commit(w);
 }
 
@@ -109,13 +115,11 @@ uint32_t insert_locked(uint64_t hash, const uint64_t* ips, uint32_t n) {
     Entry*& chunk = g_chunks[(id - 1) >> kChunkBits];
     if (!chunk) chunk = static_cast<Entry*>(raw_map(sizeof(Entry) * kChunkSize));
     auto* stored_ips = static_cast<uint64_t*>(arena_take(n * sizeof(uint64_t)));
-    auto* frames = static_cast<ResolvedFrame*>(arena_take(n * sizeof(ResolvedFrame)));
-    if (!chunk || (n && (!stored_ips || !frames))) return 0;
+    if (!chunk || (n && !stored_ips)) return 0;
     std::memcpy(stored_ips, ips, n * sizeof(uint64_t));
-    rescan_modules(false);
-    for (uint32_t i = 0; i < n; ++i) frames[i] = resolve_frame(ips[i]);
+    rescan_modules(false);  // a module loaded since the last scan
     Entry& e = chunk[(id - 1) & (kChunkSize - 1)];
-    e = Entry{hash, stored_ips, frames, n};
+    e = Entry{hash, stored_ips, n};
     g_count = id;
     queue_stack_record(id, e);
     place(g_table.load(std::memory_order_relaxed), id, hash);

@@ -20,7 +20,10 @@ namespace heapsnap::recorder {
 // memory for a new stack could not be had.
 uint32_t intern_stack(const uint64_t* ips, uint32_t n);
 
-// After fork: the child's new log must define every stack again.
+// After fork: the child's new log must define every stack again. Frames
+// are resolved against the modules loaded now, which the child's log
+// describes; a frame in a module unloaded before the fork is written as a
+// bare address (hslog::kNoModule).
 void requeue_all_stacks();
 
 }  // namespace heapsnap::recorder
