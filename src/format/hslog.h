@@ -22,7 +22,7 @@
 //   same kind of block writes the same bytes every time, which is what
 //   zstd needs: version 2's frees named reused block ids, whose sequence
 //   never repeats (Python object churn: 1.12 bytes an event in version 2,
-//   0.02 in version 3; heaptrack, which keeps the same model: 0.023).
+//   0.028 in version 3; heaptrack, which keeps the same model: 0.023).
 //   Per-call-site totals stay exact; which block of a site died is
 //   assumed LIFO (formats/hslog.md, "Allocation infos").
 // - Blocks of kAddressedAllocSize or more keep their address (AllocAt,
