@@ -61,18 +61,23 @@ public:
     void on_thread_exit(uint32_t thread, uint64_t t) override {
         line(fmt::format("thread-exit t={} thread={}", secs(t), thread));
     }
+    // A small block shows its allocation info (the reader resolves an
+    // AllocInfo record to the fn, size and stack of its first Alloc); a
+    // block of 64 KiB or more has no info and shows its address.
     void on_alloc(const AllocEvent& e) override {
-        std::string address = e.address ? fmt::format(" addr={:#x}", e.address) : "";
-        line(fmt::format("alloc t={} thread={} fn={} block={}{} size={} stack={}", secs(e.time_ns), e.thread,
-                         hslog::alloc_fn_name(e.fn), e.block, address, e.size, e.stack));
+        std::string name = e.info ? fmt::format("info={}", e.info) : fmt::format("addr={:#x}", e.address);
+        line(fmt::format("alloc t={} thread={} fn={} {} size={} stack={}", secs(e.time_ns), e.thread,
+                         hslog::alloc_fn_name(e.fn), name, e.size, e.stack));
     }
-    // A free names a block id; one of a block the recorder never saw
-    // allocated (an untracked free) names its address instead.
+    // A free names an allocation info (its newest live block is the one
+    // freed), or the address of a block of 64 KiB or more, or of a block
+    // the recorder never saw allocated (an untracked free).
     void on_free(const FreeEvent& e) override {
-        if (e.block)
-            line(fmt::format("free t={} thread={} block={}", secs(e.time_ns), e.thread, e.block));
+        if (e.info)
+            line(fmt::format("free t={} thread={} info={}", secs(e.time_ns), e.thread, e.info));
         else
-            line(fmt::format("free t={} thread={} addr={:#x}", secs(e.time_ns), e.thread, e.address));
+            line(fmt::format("free t={} thread={} addr={:#x}{}", secs(e.time_ns), e.thread, e.address,
+                             e.untracked ? " untracked=1" : ""));
     }
     void on_mmap(const MmapEvent& e) override {
         line(fmt::format("mmap t={} thread={} addr={:#x} length={} prot={} flags={:#x} stack={}", secs(e.time_ns),

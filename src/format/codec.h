@@ -2,7 +2,7 @@
 // CLI (reader side) of every heapsnap file format.
 //
 // Why varints: most fields of a log record are small (sizes below 4 KiB,
-// stack and block ids below a million), so an unsigned LEB128 encoding
+// stack and allocation-info ids below a million), so an unsigned LEB128 encoding
 // keeps a typical allocation record at 3-4 bytes before zstd. Signed quantities (address deltas) are zigzag-encoded first.
 //
 // The encoder writes into a caller-owned byte span and never allocates, so

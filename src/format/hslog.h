@@ -3,7 +3,7 @@
 // two in step (bump kLogVersion when a reader of the old version could not
 // read the new stream).
 //
-// Shape of the stream, and why (version 2):
+// Shape of the stream, and why (version 3):
 // - A 16-byte header (magic, version) and then independent zstd frames.
 //   Each frame holds whole records only, so a file cut anywhere (crash,
 //   SIGKILL, a reader racing the writer) reads back up to its last complete
@@ -12,18 +12,23 @@
 // - Events are written already merged into one time order (the writer
 //   merges the per-thread buffers), so a reader replays sequentially: no
 //   sort, no lookahead, memory bounded by the live set.
-// - Heap blocks are named by *block ids*, not addresses. Writer and reader
-//   run the same deterministic id allocator (ids 1, 2, 3..., a freed id is
-//   reused last-in first-out), so an Alloc carries neither address nor id
-//   and a Free carries the small, repetitive id of the block. Only Allocs of
-//   kAddressedAllocSize or more keep the address (the address-space summary
-//   needs them to call mmapped chunks heap), as do Mmap and Munmap (partial
-//   unmaps need them) and frees of blocks the writer never saw allocated.
-//   Addresses (and per-event time deltas) were the high-entropy part of
-//   version 1: the synthetic benchmark's log went from 4.7 to 2.1 bytes per
-//   event (heaptrack: 2.3), Python object churn from 1.65 to 1.13
-//   (heaptrack: 0.08; what is left is the ids of frees, see
-//   formats/hslog.md for the alternatives measured).
+// - Small heap blocks are named by their *allocation info*, not by an
+//   address or a block id: the triple (AllocFn, size, stack). The first
+//   Alloc of a triple carries it and implicitly defines the next info id
+//   (1, 2, 3...); a later Alloc of the same triple is an AllocInfo with just
+//   the id, and a Free names the info id of the freed block. The reader
+//   frees the most recently allocated live block of that info (last-in
+//   first-out within the info). The same code allocating and freeing the
+//   same kind of block writes the same bytes every time, which is what
+//   zstd needs: version 2's frees named reused block ids, whose sequence
+//   never repeats (Python object churn: 1.12 bytes an event in version 2,
+//   0.028 in version 3; heaptrack, which keeps the same model: 0.023).
+//   Per-call-site totals stay exact; which block of a site died is
+//   assumed LIFO (formats/hslog.md, "Allocation infos").
+// - Blocks of kAddressedAllocSize or more keep their address (AllocAt,
+//   FreeAt), so their frees are exact and the address-space summary can
+//   call mmapped chunks heap; Mmap and Munmap keep theirs (partial unmaps
+//   need them), as do frees of blocks the writer never saw allocated.
 // - Time is coarse: a TIME record advances the stream time only when an
 //   event is 1 ms or more past it, so event times are exact to 1 ms and the
 //   per-event jitter that broke zstd's long matches is gone (heaptrack
@@ -46,7 +51,7 @@
 namespace heapsnap::hslog {
 
 inline constexpr char kMagic[8] = {'H', 'E', 'A', 'P', 'S', 'N', 'A', 'P'};
-inline constexpr uint32_t kLogVersion = 2;
+inline constexpr uint32_t kLogVersion = 3;
 inline constexpr uint32_t kHeaderSize = 16;
 
 // Times in the stream are multiples of this many nanoseconds since the
@@ -79,12 +84,14 @@ enum class Tag : uint8_t {
     ThreadStart = 0x06,
     ThreadExit = 0x07,
     Time = 0x08,         // advances the stream time
-    Free = 0x11,         // a block id
+    AllocInfo = 0x10,    // an allocation of a known info: its id
+    Free = 0x11,         // a small block: the info id
     Mmap = 0x12,
     Munmap = 0x13,
     FreeUnknown = 0x14,  // an address the writer never saw allocated
+    FreeAt = 0x15,       // a block allocated by AllocAt: its address
     Marker = 0x20,
-    Alloc = 0x30,    // 0x30 + AllocFn: size and stack, no address
+    Alloc = 0x30,    // 0x30 + AllocFn: size and stack of a new info, no address
     AllocAt = 0x40,  // 0x40 + AllocFn: address, size and stack
     End = 0x7f,
 };
@@ -156,7 +163,8 @@ inline void put_time(codec::Writer& w, uint64_t dt) {
     w.varint(dt);
 }
 
-// An Alloc: the block gets the next id of the allocator both sides run.
+// An Alloc of a triple (fn, size, stack) not seen before in this log: it
+// defines the next info id (1-based, in order of first appearance).
 inline void put_alloc(codec::Writer& w, AllocFn fn, uint64_t size, uint32_t stack) {
     w.u8(alloc_tag(Tag::Alloc, fn));
     w.varint(size);
@@ -171,9 +179,22 @@ inline void put_alloc_at(codec::Writer& w, AllocFn fn, int64_t addr_delta, uint6
     w.varint(stack);
 }
 
-inline void put_free(codec::Writer& w, uint32_t block) {
+// An Alloc of a triple an earlier Alloc defined.
+inline void put_alloc_info(codec::Writer& w, uint32_t info) {
+    w.u8(static_cast<uint8_t>(Tag::AllocInfo));
+    w.varint(info);
+}
+
+// The free of a small block: the reader frees the newest live block of `info`.
+inline void put_free(codec::Writer& w, uint32_t info) {
     w.u8(static_cast<uint8_t>(Tag::Free));
-    w.varint(block);
+    w.varint(info);
+}
+
+// The free of a block written as AllocAt, by its address.
+inline void put_free_at(codec::Writer& w, int64_t addr_delta) {
+    w.u8(static_cast<uint8_t>(Tag::FreeAt));
+    w.svarint(addr_delta);
 }
 
 inline void put_free_unknown(codec::Writer& w, int64_t addr_delta) {

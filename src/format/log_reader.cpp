@@ -74,10 +74,12 @@ public:
         codec::Reader r(data, size);
         while (!r.at_end()) {
             uint8_t tag = r.u8();
-            if (static_cast<uint8_t>(tag - kAllocTag) < hslog::kAllocFnCount && has_process_) [[likely]]
-                alloc(r, static_cast<hslog::AllocFn>(tag - kAllocTag), false);
+            if (tag == kAllocInfoTag && has_process_) [[likely]]
+                alloc_info(r);
             else if (tag == kFreeTag && has_process_) [[likely]]
                 free(r);
+            else if (static_cast<uint8_t>(tag - kAllocTag) < hslog::kAllocFnCount && has_process_)
+                alloc(r, static_cast<hslog::AllocFn>(tag - kAllocTag), false);
             else if (tag == kThreadTag && has_process_)
                 thread_ = static_cast<uint32_t>(r.varint());
             else if (tag == kTimeTag && has_process_)
@@ -104,18 +106,18 @@ public:
         thread_ = at.thread;
         stacks_ = at.stacks;
         max_stack_ = at.max_stack;
-        if (!blocks_.restore(at.next_block, at.free_blocks))
-            throw Error(path_ + ": the checkpoint's block ids are inconsistent");
+        if (!infos_.restore(at.infos, at.addressed))
+            throw Error(path_ + ": the checkpoint's allocation infos are inconsistent");
     }
     StreamPosition position(uint64_t offset) const {
-        return StreamPosition{offset,    now_,       addr_, thread_, stacks_, max_stack_, blocks_.next(),
-                              blocks_.free_list()};
+        return StreamPosition{offset, now_, addr_, thread_, stacks_, max_stack_, infos_.infos(), infos_.addressed()};
     }
     bool frame_done() const { return frame_done_; }
 
 private:
     static constexpr uint8_t kAllocTag = static_cast<uint8_t>(hslog::Tag::Alloc);
     static constexpr uint8_t kAllocAtTag = static_cast<uint8_t>(hslog::Tag::AllocAt);
+    static constexpr uint8_t kAllocInfoTag = static_cast<uint8_t>(hslog::Tag::AllocInfo);
     static constexpr uint8_t kFreeTag = static_cast<uint8_t>(hslog::Tag::Free);
     static constexpr uint8_t kThreadTag = static_cast<uint8_t>(hslog::Tag::Thread);
     static constexpr uint8_t kTimeTag = static_cast<uint8_t>(hslog::Tag::Time);
@@ -140,7 +142,7 @@ private:
         return static_cast<uint32_t>(id);
     }
 
-    // The two records that make up most of a log, kept out of the switch.
+    // The records that make up most of a log, kept out of the switch.
     void alloc(codec::Reader& r, hslog::AllocFn fn, bool addressed) {
         AllocEvent e;
         e.fn = fn;
@@ -154,17 +156,37 @@ private:
         e.thread = thread_;
         summary_.events++;
         if (!r.ok()) return;
-        e.block = blocks_.alloc();
+        if (addressed) {
+            if (!infos_.alloc_at(e.address)) return r.invalidate();  // already live: the writer frees first
+        } else {
+            e.info = infos_.define(fn, e.size, e.stack);
+        }
+        visitor_.on_alloc(e);
+    }
+    void alloc_info(codec::Reader& r) {
+        AllocEvent e;
+        uint64_t id = r.varint();
+        summary_.events++;
+        if (!r.ok()) return;
+        const AllocInfo* info = infos_.alloc(id);
+        if (!info) return r.invalidate();  // an info no Alloc defined
+        e.time_ns = now_;
+        e.thread = thread_;
+        e.fn = info->fn;
+        e.info = static_cast<uint32_t>(id);
+        e.size = info->size;
+        e.stack = info->stack;
         visitor_.on_alloc(e);
     }
     void free(codec::Reader& r) {
         FreeEvent e;
         e.time_ns = now_;
-        e.block = static_cast<uint32_t>(r.varint());
+        uint64_t id = r.varint();
         e.thread = thread_;
         summary_.events++;
         if (!r.ok()) return;
-        if (!blocks_.free(e.block)) return r.invalidate();  // not a live block
+        if (id == 0 || !infos_.free(id)) return r.invalidate();  // no live block of that info
+        e.info = static_cast<uint32_t>(id);
         visitor_.on_free(e);
     }
 
@@ -230,14 +252,22 @@ private:
             }
             case Tag::Alloc:
             case Tag::AllocAt:
+            case Tag::AllocInfo:
             case Tag::Free: break;  // decode() handles them
+            case Tag::FreeAt:
             case Tag::FreeUnknown: {
                 FreeEvent e;
                 e.time_ns = now_;
                 e.address = address(r);
                 e.thread = thread_;
+                e.untracked = tag == Tag::FreeUnknown;
                 summary_.events++;
-                if (r.ok()) visitor_.on_free(e);
+                if (!r.ok()) return true;
+                if (!e.untracked && !infos_.free_at(e.address)) {  // no live addressed block there
+                    r.invalidate();
+                    return true;
+                }
+                visitor_.on_free(e);
                 return true;
             }
             case Tag::Time:
@@ -286,6 +316,10 @@ private:
         }
         if (raw == kFreeTag) {
             free(r);
+            return true;
+        }
+        if (raw == kAllocInfoTag) {
+            alloc_info(r);
             return true;
         }
         throw Error(path_ + ": corrupt log: unknown record tag " + std::to_string(static_cast<int>(tag)));
@@ -376,22 +410,25 @@ private:
     uint32_t thread_ = 0;
     uint64_t stacks_ = 0;
     uint32_t max_stack_ = 0;
-    BlockIds blocks_;
+    AllocInfos infos_;
     std::vector<StackFrame> frames_;
 };
 
 }  // namespace
 
-bool BlockIds::restore(uint32_t next, const std::vector<uint32_t>& free_list) {
-    if (next == 0 || free_list.size() >= next) return false;
-    next_ = next;
-    live_.assign(next, 1);
-    live_[0] = 0;
-    for (uint32_t id : free_list) {
-        if (id == 0 || id >= next || !live_[id]) return false;
-        live_[id] = 0;
-    }
-    free_ = free_list;
+std::vector<uint64_t> AllocInfos::addressed() const {
+    std::vector<uint64_t> out;
+    out.reserve(addressed_.size());
+    addressed_.for_each([&](uint64_t address, uint8_t) { out.push_back(address); });
+    return out;
+}
+
+bool AllocInfos::restore(std::vector<AllocInfo> infos, const std::vector<uint64_t>& addressed) {
+    if (infos.empty() || infos[0].live != 0) return false;
+    infos_ = std::move(infos);
+    addressed_ = FlatMap<uint8_t>();
+    for (uint64_t address : addressed)
+        if (address == 0 || !addressed_.insert(address, 1)) return false;
     return true;
 }
 

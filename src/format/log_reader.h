@@ -4,10 +4,12 @@
 // zstd frames one after another, decoding each frame's records and handing
 // them to a LogVisitor. It keeps only the current frame in memory.
 //
-// Besides the stream's clock, address and thread, the decoder runs the
-// block-id allocator of the format (BlockIds below), so every AllocEvent
-// arrives with the id of its block and a Free of an id that is not live is
-// caught as corruption before any visitor sees it.
+// Besides the stream's clock, address and thread, the decoder keeps the
+// allocation infos of the format (AllocInfos below): every AllocEvent
+// arrives with its info id, function, size and stack even when the record
+// carried only the id, and a Free of an info with no live block (or a
+// FreeAt of an address with none) is caught as corruption before any
+// visitor sees it.
 //
 // A file that ends inside a frame (crash, SIGKILL, or a reader racing the
 // writer) is read up to the last complete frame and reported through
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "format/hslog.h"
+#include "util/flat_map.h"
 
 namespace heapsnap {
 
@@ -66,14 +69,16 @@ struct ThreadStartRecord {
     uint64_t stack_hi = 0;
 };
 
-// Heap blocks are named by block ids (formats/hslog.md, "Block ids"):
-// small integers from 1 up, a freed id reused last-in first-out. The reader
-// computes every Alloc's id; a Free names one.
+// Small heap blocks are named by allocation infos (formats/hslog.md,
+// "Allocation infos"): the triple (fn, size, stack), numbered 1, 2, 3... in
+// order of first appearance. A Free names an info; it frees the newest
+// live block of that info. Blocks of hslog::kAddressedAllocSize or more
+// have no info and are named by their address.
 struct AllocEvent {
     uint64_t time_ns = 0;  // exact to 1 ms (hslog::kEventTimeStep)
     uint32_t thread = 0;
     hslog::AllocFn fn = hslog::AllocFn::Malloc;
-    uint32_t block = 0;
+    uint32_t info = 0;     // 0 for a block named by its address
     uint64_t address = 0;  // only for blocks of hslog::kAddressedAllocSize or more; else 0
     uint64_t size = 0;
     uint32_t stack = 0;
@@ -82,8 +87,9 @@ struct AllocEvent {
 struct FreeEvent {
     uint64_t time_ns = 0;
     uint32_t thread = 0;
-    uint32_t block = 0;    // 0: a block the recorder never saw allocated (an untracked free)
-    uint64_t address = 0;  // that block's address; 0 when `block` is set
+    uint32_t info = 0;       // a small block: the newest live block of this info is freed
+    uint64_t address = 0;    // else the address of an addressed block, or of an untracked one
+    bool untracked = false;  // a block the recorder never saw allocated (FreeUnknown)
 };
 
 struct MmapEvent {
@@ -175,44 +181,64 @@ private:
     bool stop_ = false;
 };
 
-// The block-id allocator every reader runs in step with the writer
-// (formats/hslog.md, "Block ids"). It also knows which ids are live, so a
-// Free of an id that is not is caught as corruption. Memory: 5 bytes per
-// id ever handed out, i.e. bounded by the peak live set.
-class BlockIds {
+// What the reader knows of one allocation info, and how many of its blocks
+// are live.
+struct AllocInfo {
+    uint64_t size = 0;
+    uint32_t stack = 0;
+    uint32_t live = 0;
+    hslog::AllocFn fn = hslog::AllocFn::Malloc;
+};
+
+// The allocation infos every reader keeps in step with the writer
+// (formats/hslog.md, "Allocation infos"), and the addresses of the live
+// addressed blocks. It knows which frees are possible, so a Free of an info
+// with no live block is caught as corruption. Memory: 24 bytes per info
+// (distinct triples, like stacks) and one table entry per live addressed
+// block.
+class AllocInfos {
 public:
-    uint32_t alloc() {
-        if (!free_.empty()) {
-            uint32_t id = free_.back();
-            free_.pop_back();
-            live_[id] = 1;
-            return id;
-        }
-        live_.push_back(1);
-        return next_++;
+    AllocInfos() { infos_.emplace_back(); }  // id 0 is never an info
+
+    // A full Alloc: defines the next info id, with one live block.
+    uint32_t define(hslog::AllocFn fn, uint64_t size, uint32_t stack) {
+        infos_.push_back(AllocInfo{size, stack, 1, fn});
+        return static_cast<uint32_t>(infos_.size() - 1);
     }
-    // False if `id` is not live (a corrupt log).
+    // An AllocInfo: nullptr if `id` names no info (a corrupt log).
+    const AllocInfo* alloc(uint64_t id) {
+        if (id == 0 || id >= infos_.size() || infos_[id].live == UINT32_MAX) [[unlikely]]
+            return nullptr;
+        infos_[id].live++;
+        return &infos_[id];
+    }
+    // False if `id` has no live block (a corrupt log).
     bool free(uint64_t id) {
-        if (id >= next_ || !live_[id]) return false;
-        live_[id] = 0;
-        free_.push_back(static_cast<uint32_t>(id));
+        if (id >= infos_.size() || infos_[id].live == 0) [[unlikely]]
+            return false;
+        infos_[id].live--;
         return true;
     }
+    // False if a live addressed block already has `address` (the writer
+    // frees a block whose free it missed before reusing its address).
+    bool alloc_at(uint64_t address) { return addressed_.insert(address, 1); }
+    // False if no live addressed block has `address`.
+    bool free_at(uint64_t address) { return addressed_.erase(address, nullptr); }
 
-    // The state a checkpoint keeps: the next fresh id and the free list.
-    uint32_t next() const { return next_; }
-    const std::vector<uint32_t>& free_list() const { return free_; }
-    // False if the state is inconsistent (an id twice, or out of range).
-    bool restore(uint32_t next, const std::vector<uint32_t>& free_list);
+    // The state a checkpoint keeps. Entry 0 of infos() is a placeholder.
+    const std::vector<AllocInfo>& infos() const { return infos_; }
+    std::vector<uint64_t> addressed() const;
+    // False if the state is inconsistent (an address twice, or 0).
+    bool restore(std::vector<AllocInfo> infos, const std::vector<uint64_t>& addressed);
 
 private:
-    uint32_t next_ = 1;
-    std::vector<uint32_t> free_;  // the next id to reuse last
-    std::vector<uint8_t> live_ = {0};  // by id; id 0 is never live
+    std::vector<AllocInfo> infos_;
+    FlatMap<uint8_t> addressed_;
 };
 
 // Where a read can pick up again: the start of a frame, with the stream
-// state (clock, address, thread, block ids) that the records before it left.
+// state (clock, address, thread, allocation infos) that the records before
+// it left.
 struct StreamPosition {
     uint64_t offset = 0;
     uint64_t time_ns = 0;
@@ -220,8 +246,8 @@ struct StreamPosition {
     uint32_t thread = 0;
     uint64_t stacks = 0;     // Stack records before it
     uint32_t max_stack = 0;  // the highest stack id they defined
-    uint32_t next_block = 1;  // BlockIds state
-    std::vector<uint32_t> free_blocks;
+    std::vector<AllocInfo> infos = {AllocInfo{}};  // AllocInfos state
+    std::vector<uint64_t> addressed;
 };
 
 struct ReadSummary {

@@ -18,7 +18,7 @@ void* raw_map(size_t bytes);
 void raw_unmap(void* p, size_t bytes);
 
 // In a fork child: the parent's writer thread may have held the range
-// table's lock at the fork; the child (which unmaps the parent's block-id
+// table's lock at the fork; the child (which unmaps the parent's allocation-info
 // table when it opens its own log) must not wait for it.
 void raw_forget_after_fork();
 

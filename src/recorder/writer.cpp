@@ -20,7 +20,7 @@
 #include <atomic>
 
 #include "format/hslog.h"
-#include "recorder/block_ids.h"
+#include "recorder/alloc_infos.h"
 #include "recorder/clock.h"
 #include "recorder/control.h"
 #include "recorder/lifecycle.h"
@@ -182,27 +182,38 @@ uint32_t intern_deferred(const Slot& s) {
     return stack;
 }
 
+// The free of a live block, by the name the log gave it: its info id, or
+// its address if it was written as AllocAt.
+void put_known_free(codec::Writer& w, uint32_t name, uint64_t addr) {
+    if (name == kAddressedBlock)
+        hslog::put_free_at(w, advance_addr(addr));
+    else
+        hslog::put_free(w, name);
+}
+
 void encode_alloc(codec::Writer& w, const Slot& s, uint32_t stack) {
-    BlockAlloc b = block_ids_alloc(s.addr);
+    auto fn = static_cast<hslog::AllocFn>(s.fn);
+    InfoAlloc b = alloc_infos_alloc(s.addr, fn, s.size, stack);
     if (!b.ok) {
-        fail(": out of memory for the block table; recording stopped");
+        fail(": out of memory for the allocation-info tables; recording stopped");
         return;
     }
     if (b.replaced) {  // its free was never seen: free it explicitly, as the reader must
-        hslog::put_free(w, b.replaced);
+        put_known_free(w, b.replaced, s.addr);
         g_events++;
     }
-    auto fn = static_cast<hslog::AllocFn>(s.fn);
-    if (s.size >= hslog::kAddressedAllocSize)
+    if (b.info == kAddressedBlock)
         hslog::put_alloc_at(w, fn, advance_addr(s.addr), s.size, stack);
-    else
+    else if (b.fresh)
         hslog::put_alloc(w, fn, s.size, stack);
+    else
+        hslog::put_alloc_info(w, b.info);
     g_events++;
 }
 
 void encode_free(codec::Writer& w, const Slot& s) {
-    if (uint32_t id = block_ids_free(s.addr))
-        hslog::put_free(w, id);
+    if (uint32_t name = alloc_infos_free(s.addr))
+        put_known_free(w, name, s.addr);
     else
         hslog::put_free_unknown(w, advance_addr(s.addr));
     g_events++;
@@ -586,7 +597,7 @@ bool writer_open() {
     g_stream_ts = start_time_ns() / hslog::kTimeUnitNs;
     g_stream_addr = 0;
     g_stream_thread = UINT32_MAX;
-    block_ids_reset();
+    alloc_infos_reset();
     g_durable_marker.store(0);
     g_marker_count = 0;
     g_last_flush_ns = now_ns();

@@ -14,7 +14,10 @@ namespace {
 // Version 3 (log version 2): and the reader's block-id allocator (next id,
 // free list); live blocks are kept by id, with their address if the log has
 // it, and their weight (sampled logs); sample_bytes in the process.
-const FileKind kCheckpointKind{"HSNAPCKP", 3, "checkpoint"};
+// Version 4 (log version 3): the reader's allocation infos (fn, size, stack
+// and live count of each) and live addressed blocks instead of block ids;
+// live blocks are kept per info, oldest first, or by address.
+const FileKind kCheckpointKind{"HSNAPCKP", 4, "checkpoint"};
 constexpr size_t kFingerprintBytes = 4096;
 
 // FNV-1a over the log's first bytes (its header and process record): ties
@@ -47,8 +50,18 @@ std::optional<Checkpoint> load_checkpoint(const std::string& log) {
         c.position.thread = static_cast<uint32_t>(r.varint());
         c.position.stacks = r.varint();
         c.position.max_stack = static_cast<uint32_t>(r.varint());
-        c.position.next_block = static_cast<uint32_t>(r.varint());
-        for (uint64_t n = r.count(1); n-- && r.ok();) c.position.free_blocks.push_back(static_cast<uint32_t>(r.varint()));
+        c.position.infos.assign(1, AllocInfo{});
+        for (uint64_t n = r.count(4); n-- && r.ok();) {
+            AllocInfo info;
+            uint8_t fn = r.u8();
+            info.size = r.varint();
+            info.stack = static_cast<uint32_t>(r.varint());
+            info.live = static_cast<uint32_t>(r.varint());
+            if (fn >= hslog::kAllocFnCount) r.invalidate();
+            info.fn = static_cast<hslog::AllocFn>(fn);
+            c.position.infos.push_back(info);
+        }
+        for (uint64_t n = r.count(1); n-- && r.ok();) c.position.addressed.push_back(r.varint());
         for (uint64_t n = r.count(4); n-- && r.ok();) {
             MarkerRecord m;
             bool has_data;
@@ -57,7 +70,7 @@ std::optional<Checkpoint> load_checkpoint(const std::string& log) {
         }
         c.state.assign(r.position(), r.position() + r.remaining());
         if (!r.ok()) return std::nullopt;
-        if (BlockIds ids; !ids.restore(c.position.next_block, c.position.free_blocks)) return std::nullopt;
+        if (AllocInfos infos; !infos.restore(c.position.infos, c.position.addressed)) return std::nullopt;
         return c;
     } catch (const Error&) {
         return std::nullopt;
@@ -74,9 +87,16 @@ void save_checkpoint(const std::string& log, const StreamPosition& position, con
     o.varint(position.thread);
     o.varint(position.stacks);
     o.varint(position.max_stack);
-    o.varint(position.next_block);
-    o.varint(position.free_blocks.size());
-    for (uint32_t id : position.free_blocks) o.varint(id);
+    o.varint(position.infos.size() - 1);
+    for (size_t i = 1; i < position.infos.size(); ++i) {
+        const AllocInfo& info = position.infos[i];
+        o.u8(static_cast<uint8_t>(info.fn));
+        o.varint(info.size);
+        o.varint(info.stack);
+        o.varint(info.live);
+    }
+    o.varint(position.addressed.size());
+    for (uint64_t address : position.addressed) o.varint(address);
     o.varint(markers.size());
     for (const MarkerRecord& m : markers) put_marker(o, m, false);
     replay.save_state(o);

@@ -15,10 +15,10 @@
 // moment asked for is not after it, or when it cannot be read; a log
 // directory that is not writable simply gets none.
 //
-// Size: the live blocks (about 10 bytes each compressed) and the free block
-// ids (bounded by the peak live set), every stack
-// definition and the live mappings — bounded by the live set and the number
-// of distinct stacks, not by the number of events.
+// Size: the live blocks (about 10 bytes each compressed), the allocation
+// infos (a few bytes each: the distinct (fn, size, stack) triples), every
+// stack definition and the live mappings — bounded by the live set and the
+// number of distinct stacks and infos, not by the number of events.
 #pragma once
 
 #include <optional>

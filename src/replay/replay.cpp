@@ -35,33 +35,58 @@ void Replay::grow_stack_totals(uint32_t stack) {
     per_stack_.resize(std::max<size_t>(stack + 1, per_stack_.size() * 2));
 }
 
-void Replay::add_block(uint32_t block, uint64_t size, uint64_t time_ns, uint32_t stack, uint64_t address,
+void Replay::add_block(uint32_t info, uint64_t address, uint64_t size, uint64_t time_ns, uint32_t stack,
                        uint32_t weight) {
-    if (block >= blocks_.size()) [[unlikely]]
-        blocks_.resize(std::max<size_t>(block + 1, blocks_.size() * 2));
-    LiveBlock& slot = blocks_[block];
-    if (slot.live) [[unlikely]] {  // cannot happen with the reader's BlockIds; a checkpoint could say so
-        StackTotals& t = stack_totals(slot.stack);
-        t.bytes -= slot.bytes();
-        t.blocks -= slot.weight;
-        totals_.live_bytes -= slot.bytes();
-        totals_.live_blocks -= slot.weight;
+    uint32_t slot = free_slot_;
+    if (slot) {
+        free_slot_ = blocks_[slot].below;
+    } else {
+        slot = static_cast<uint32_t>(blocks_.size());
+        blocks_.emplace_back();
     }
     // Field by field: copying a whole LiveBlock built on the stack stalls
     // store forwarding, and this runs once per allocation.
-    slot.size = size;
-    slot.time_ns = time_ns;
-    slot.stack = stack;
-    slot.weight = weight;
-    slot.live = true;
-    slot.has_address = address != 0;
-    if (address) [[unlikely]]
-        block_address_.insert(block, address);
+    LiveBlock& b = blocks_[slot];
+    b.size = size;
+    b.time_ns = time_ns;
+    b.stack = stack;
+    b.weight = weight;
+    b.info = info;
+    if (info) [[likely]] {
+        if (info >= info_top_.size()) [[unlikely]]
+            info_top_.resize(std::max<size_t>(info + 1, info_top_.size() * 2));
+        b.below = info_top_[info];
+        info_top_[info] = slot;
+    } else {
+        b.below = 0;
+        bool fresh = false;
+        uint32_t* held = block_address_.slot(address, &fresh);
+        // Cannot happen with the reader's AllocInfos (the writer frees a
+        // block before reusing its address); a checkpoint could say so.
+        if (!fresh) [[unlikely]]
+            remove_block(*held);
+        *held = slot;
+    }
+    last_added_ = slot;
     StackTotals& t = stack_totals(stack);
-    t.bytes += slot.bytes();
+    t.bytes += b.bytes();
     t.blocks += weight;
-    totals_.live_bytes += slot.bytes();
+    totals_.live_bytes += b.bytes();
     totals_.live_blocks += weight;
+}
+
+// Takes the block out of the totals and returns its slot to the pool; the
+// caller has unlinked it from its info or its address.
+void Replay::remove_block(uint32_t slot) {
+    LiveBlock& b = blocks_[slot];
+    StackTotals& t = stack_totals(b.stack);
+    t.bytes -= b.bytes();
+    t.blocks -= b.weight;
+    totals_.live_bytes -= b.bytes();
+    totals_.live_blocks -= b.weight;
+    b.weight = 0;
+    b.below = free_slot_;
+    free_slot_ = slot;
 }
 
 void Replay::on_alloc(const AllocEvent& e) {
@@ -71,7 +96,7 @@ void Replay::on_alloc(const AllocEvent& e) {
     // replays to the same estimates (replay/sampling.h).
     auto weight = static_cast<uint32_t>(sample_weight(e.size, process_.sample_bytes, totals_.events));
     totals_.allocations += weight;
-    add_block(e.block, e.size, e.time_ns, e.stack, e.address, weight);
+    add_block(e.info, e.address, e.size, e.time_ns, e.stack, weight);
     if (totals_.live_bytes > totals_.peak_bytes) {
         totals_.peak_bytes = totals_.live_bytes;
         totals_.peak_time_ns = e.time_ns;
@@ -81,19 +106,18 @@ void Replay::on_alloc(const AllocEvent& e) {
 void Replay::on_free(const FreeEvent& e) {
     note_time(e.time_ns);
     totals_.events++;
-    if (e.block >= blocks_.size() || !blocks_[e.block].live) {
+    uint32_t slot = 0;
+    if (e.info) [[likely]] {
+        // The newest live block of the info (formats/hslog.md: LIFO within an info).
+        if (e.info < info_top_.size() && (slot = info_top_[e.info])) info_top_[e.info] = blocks_[slot].below;
+    } else if (!e.untracked) {
+        block_address_.erase(e.address, &slot);
+    }
+    if (!slot) [[unlikely]] {
         totals_.untracked_frees++;
         return;
     }
-    LiveBlock& old = blocks_[e.block];
-    old.live = false;
-    if (old.has_address) [[unlikely]]
-        block_address_.erase(e.block, nullptr);
-    StackTotals& t = stack_totals(old.stack);
-    t.bytes -= old.bytes();
-    t.blocks -= old.weight;
-    totals_.live_bytes -= old.bytes();
-    totals_.live_blocks -= old.weight;
+    remove_block(slot);
 }
 
 // Unmaps [start, end) from the tracked mappings, splitting partially
@@ -157,15 +181,25 @@ void Replay::save_state(ByteBuffer& o) const {
     for (const auto& [index, th] : threads_) put_thread(o, th);
     o.varint(stacks_.size());
     for (const auto& [id, frames] : stacks_) put_stack(o, id, frames);
-    o.varint(totals_.live_blocks);
-    for_each_block([&](uint32_t id, const LiveBlock& b) {
-        o.varint(id);
-        o.varint(b.size);
-        o.varint(b.time_ns);
-        o.varint(b.stack);
-        const uint64_t* address = b.has_address ? block_address_.find(id) : nullptr;
-        o.varint(address ? *address : 0);
-        o.varint(b.weight);
+    // Per info, oldest first, so that loading re-adds them in an order
+    // that rebuilds every info's LIFO chain; then the addressed blocks.
+    uint64_t entries = 0;
+    for_each_block([&](uint32_t, const LiveBlock&) { entries++; });
+    o.varint(entries);
+    std::vector<uint32_t> chain;
+    for (uint32_t info = 1; info < info_top_.size(); ++info) {
+        chain.clear();
+        for (uint32_t slot = info_top_[info]; slot; slot = blocks_[slot].below) chain.push_back(slot);
+        for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+            const LiveBlock& b = blocks_[*it];
+            for (uint64_t v : {uint64_t{info}, uint64_t{0}, b.size, b.time_ns, uint64_t{b.stack}, uint64_t{b.weight}})
+                o.varint(v);
+        }
+    }
+    block_address_.for_each([&](uint64_t address, uint32_t slot) {
+        const LiveBlock& b = blocks_[slot];
+        for (uint64_t v : {uint64_t{0}, address, b.size, b.time_ns, uint64_t{b.stack}, uint64_t{b.weight}})
+            o.varint(v);
     });
     o.varint(mappings_.size());
     for (const auto& [start, m] : mappings_) {
@@ -202,13 +236,19 @@ void Replay::load_state(codec::Reader& r) {
     uint64_t live_bytes = t.live_bytes, live_blocks = t.live_blocks;
     t.live_bytes = t.live_blocks = 0;
     for (uint64_t n = r.count(6); n-- && r.ok();) {
-        uint64_t id = r.varint();
+        uint64_t info = r.varint(), address = r.varint();
         uint64_t size = r.varint(), time_ns = r.varint();
         auto stack = static_cast<uint32_t>(r.varint());
-        uint64_t address = r.varint();
         uint64_t weight = r.varint();
-        if (id == 0 || id >= UINT32_MAX || weight == 0 || weight > UINT32_MAX || !r.ok()) continue;
-        add_block(static_cast<uint32_t>(id), size, time_ns, stack, address, static_cast<uint32_t>(weight));
+        // A block has an info or an address, never both; info ids are
+        // bounded like stack ids, so a damaged checkpoint cannot make the
+        // info table huge.
+        if ((info == 0) == (address == 0) || info > t.events || info >= UINT32_MAX || weight == 0 ||
+            weight > UINT32_MAX || !r.ok()) {
+            r.invalidate();
+            break;
+        }
+        add_block(static_cast<uint32_t>(info), address, size, time_ns, stack, static_cast<uint32_t>(weight));
     }
     if (t.live_bytes != live_bytes || t.live_blocks != live_blocks) r.invalidate();
     for (uint64_t n = r.count(4); n-- && r.ok();) {
@@ -268,7 +308,7 @@ Snapshot Replay::snapshot(const MarkerRecord& marker, bool has_marker_data) cons
     if (has_marker_data) {
         std::vector<uint64_t> addresses;
         addresses.reserve(block_address_.size());
-        block_address_.for_each([&](uint64_t, uint64_t address) { addresses.push_back(address); });
+        block_address_.for_each([&](uint64_t address, uint32_t) { addresses.push_back(address); });
         std::sort(addresses.begin(), addresses.end());
         for (MapRegion& r : s.marker.regions) {
             if (r.hint != hslog::RegionHint::None) continue;
@@ -356,14 +396,14 @@ void HistoryReplay::on_alloc(const AllocEvent& e) {
     ThreadState& t = thread_state(e.thread);
     settle(t, e.fn != hslog::AllocFn::Realloc && e.fn != hslog::AllocFn::Reallocarray);
     Replay::on_alloc(e);
-    const LiveBlock* block = find_block(e.block);
-    change(e.stack, static_cast<int64_t>(block->bytes()), block->weight);
+    const LiveBlock& b = block(last_added());
+    change(e.stack, static_cast<int64_t>(b.bytes()), b.weight);
     if (totals().peak_bytes > peak_bytes_) fold_into_peak();
-    t.last_alloc = e.block;
-    heap_allocations_ += block->weight;
+    t.last_alloc = last_added();
+    heap_allocations_ += b.weight;
     if (e.stack >= activity_.size()) activity_.resize(std::max<size_t>(e.stack + 1, activity_.size() * 2));
-    activity_[e.stack].allocations += block->weight;
-    timeline_.add(e.time_ns >= process_.start_ns ? e.time_ns - process_.start_ns : 0, block->weight);
+    activity_[e.stack].allocations += b.weight;
+    timeline_.add(e.time_ns >= process_.start_ns ? e.time_ns - process_.start_ns : 0, b.weight);
     applied();
 }
 
@@ -371,14 +411,15 @@ void HistoryReplay::on_free(const FreeEvent& e) {
     if (!admit()) return;
     ThreadState& t = thread_state(e.thread);
     settle(t, true);
-    if (const LiveBlock* block = find_block(e.block)) {
-        if (t.last_alloc == e.block) {
+    if (uint32_t slot = slot_freed_by(e)) {
+        const LiveBlock& b = block(slot);
+        if (t.last_alloc == slot) {
             t.pending = true;
-            t.pending_stack = block->stack;
-            t.pending_weight = block->weight;
+            t.pending_stack = b.stack;
+            t.pending_weight = b.weight;
+            t.last_alloc = 0;
         }
-        change(block->stack, -static_cast<int64_t>(block->bytes()), -static_cast<int64_t>(block->weight));
-        if (t.last_alloc == e.block) t.last_alloc = 0;
+        change(b.stack, -static_cast<int64_t>(b.bytes()), -static_cast<int64_t>(b.weight));
     }
     Replay::on_free(e);
     applied();

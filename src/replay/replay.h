@@ -1,10 +1,20 @@
 // Replay of a .hslog: the live heap as it evolves, event by event.
 //
 // One streaming pass; memory is bounded by the live set (one 32-byte entry
-// per block id in a flat table indexed by id — ids are reused, so there are
-// as many as blocks were live at the peak — one per live mapping, and the
-// addresses of the live blocks that have one) plus the stacks and modules,
-// never by the history. Per-stack live totals are kept incrementally, so
+// per live block in a pool whose slots are reused, so there are as many as
+// blocks were live at the peak; one per live mapping; the addresses of the
+// live blocks that have one) plus 4 bytes per allocation info, the stacks
+// and modules, never by the history.
+//
+// Small blocks are named in the log by allocation info (formats/hslog.md,
+// "Allocation infos"), and a Free frees the newest live block of its info:
+// each info keeps its live blocks as a last-in first-out chain through the
+// pool (info id -> top slot, each slot -> the one below), so an event costs
+// two vector lookups and no hashing. Every per-stack total is exact; which
+// block of an info died is the LIFO assumption, so a stack's oldest and
+// newest live-block times are exact only when the program frees that
+// info's blocks in LIFO order. Blocks named by address (AllocAt/FreeAt)
+// are looked up by address and are always exact. Per-stack live totals are kept incrementally, so
 // the state at any moment (a marker, the peak, a time offset) is available
 // without a second look at the blocks.
 //
@@ -36,9 +46,10 @@ struct LiveBlock {
     uint64_t size = 0;
     uint64_t time_ns = 0;
     uint32_t stack = 0;
-    uint32_t weight = 1;  // blocks it stands for: 1, or more in a sampled log (replay/sampling.h)
-    bool live = false;
-    bool has_address = false;  // its address is in the log (hslog::kAddressedAllocSize)
+    uint32_t weight = 0;  // blocks it stands for: 1, or more in a sampled log (replay/sampling.h); 0: a free slot
+    uint32_t below = 0;   // the next older live block of its info, or the next free slot; 0: none
+    uint32_t info = 0;    // 0: named by its address (hslog::kAddressedAllocSize)
+    bool live() const { return weight != 0; }
     uint64_t bytes() const { return size * weight; }
 };
 
@@ -84,14 +95,22 @@ protected:
     SnapshotTotals totals_;
     uint64_t last_time_ns_ = 0;
 
-    // For subclasses that watch the live set (HistoryReplay).
-    const LiveBlock* find_block(uint32_t block) const {
-        return block < blocks_.size() && blocks_[block].live ? &blocks_[block] : nullptr;
+    // For subclasses that watch the live set (HistoryReplay). Blocks are
+    // named by their slot in the pool, which a later block may reuse once
+    // it is freed.
+    const LiveBlock& block(uint32_t slot) const { return blocks_[slot]; }
+    uint32_t last_added() const { return last_added_; }
+    // The slot of the block `e` will free, 0 if none (an untracked free).
+    uint32_t slot_freed_by(const FreeEvent& e) const {
+        if (e.info) return e.info < info_top_.size() ? info_top_[e.info] : 0;
+        if (e.untracked) return 0;
+        const uint32_t* slot = block_address_.find(e.address);
+        return slot ? *slot : 0;
     }
     template <class Fn>
     void for_each_block(Fn&& fn) const {
-        for (uint32_t id = 0; id < blocks_.size(); ++id)
-            if (blocks_[id].live) fn(id, blocks_[id]);
+        for (uint32_t slot = 1; slot < blocks_.size(); ++slot)
+            if (blocks_[slot].live()) fn(slot, blocks_[slot]);
     }
     const std::map<uint32_t, std::vector<StackFrame>>& stack_table() const { return stacks_; }
 
@@ -105,10 +124,14 @@ private:
     }
     void grow_stack_totals(uint32_t stack);
     void note_time(uint64_t t) { last_time_ns_ = t; }
-    void add_block(uint32_t block, uint64_t size, uint64_t time_ns, uint32_t stack, uint64_t address, uint32_t weight);
+    void add_block(uint32_t info, uint64_t address, uint64_t size, uint64_t time_ns, uint32_t stack, uint32_t weight);
+    void remove_block(uint32_t slot);
 
-    std::vector<LiveBlock> blocks_;     // by block id
-    FlatMap<uint64_t> block_address_;  // block id -> address, for the blocks whose address the log has
+    std::vector<LiveBlock> blocks_ = std::vector<LiveBlock>(1);  // the pool, by slot; slot 0 is never used
+    uint32_t free_slot_ = 0;           // first free slot, the others chained through `below`
+    uint32_t last_added_ = 0;          // slot of the latest block added
+    std::vector<uint32_t> info_top_;   // by info id: slot of its newest live block, 0 if none
+    FlatMap<uint32_t> block_address_;  // address -> slot, for the blocks the log names by address
     std::map<uint64_t, LiveMapping> mappings_;  // by start address
     std::vector<StackTotals> per_stack_;        // by stack id
     std::map<uint32_t, std::vector<StackFrame>> stacks_;
@@ -161,7 +184,10 @@ struct StackActivity {
 //
 // - Temporary allocations, heaptrack's definition: a heap block freed by
 //   the thread that allocated it before that thread allocated anything
-//   else. A realloc is recorded as Free + Alloc; the Free of a realloc
+//   else. A Free names an allocation info, not a block, so "it" is the
+//   info's newest live block (the LIFO rule): a thread's allocation freed
+//   right after while another thread allocated a block of the same info in
+//   between counts as not temporary. A realloc is recorded as Free + Alloc; the Free of a realloc
 //   resizes the block rather than throwing it away, so it does not make
 //   the block temporary (the thread's next record after such a Free is the
 //   realloc's Alloc, which is how it is recognised).
@@ -198,7 +224,7 @@ public:
 
 private:
     struct ThreadState {
-        uint32_t last_alloc = 0;  // block id of its latest allocation, until freed
+        uint32_t last_alloc = 0;  // slot of its latest allocation, until freed
         bool pending = false;     // freed its latest allocation; temporary unless a realloc's Alloc follows
         uint32_t pending_stack = 0;
         uint32_t pending_weight = 0;  // blocks the pending one stands for

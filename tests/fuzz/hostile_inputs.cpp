@@ -175,13 +175,13 @@ std::vector<std::pair<std::string, Enc>> good_records(const std::string& module_
     r.emplace_back("thread-start", ts);
     r.emplace_back("marker", marker_record(1, hslog::MarkerCause::User, "A", 0));
     Enc a1;
-    a1.rec([](codec::Writer& w) { hslog::put_time(w, 3); hslog::put_alloc(w, hslog::AllocFn::Malloc, 100, 1); });  // block 1
+    a1.rec([](codec::Writer& w) { hslog::put_time(w, 3); hslog::put_alloc(w, hslog::AllocFn::Malloc, 100, 1); });  // info 1
     r.emplace_back("alloc", a1);
     Enc a2;
-    a2.rec([](codec::Writer& w) { hslog::put_alloc(w, hslog::AllocFn::Calloc, 200, 2); });  // block 2
+    a2.rec([](codec::Writer& w) { hslog::put_alloc(w, hslog::AllocFn::Calloc, 200, 2); });  // info 2
     r.emplace_back("alloc2", a2);
     Enc a3;
-    a3.rec([](codec::Writer& w) { hslog::put_alloc(w, hslog::AllocFn::Malloc, 300, 1); });  // block 3
+    a3.rec([](codec::Writer& w) { hslog::put_alloc(w, hslog::AllocFn::Malloc, 300, 1); });  // info 3
     r.emplace_back("alloc3", a3);
     Enc fr;
     fr.rec([](codec::Writer& w) { hslog::put_free(w, 3); });  // frees the 300-byte block
@@ -295,7 +295,7 @@ void logs(const std::string& real_elf, const std::string& real_build_id) {
     Enc null_block;
     null_block.rec([](codec::Writer& w) { hslog::put_alloc_at(w, hslog::AllocFn::Malloc, 0, 70000, 1); });
     write_with("alloc-at-null.hslog", records, index_of(records, "alloc") + 1, null_block);
-    // Block ids the reader's allocator has not given out, or has taken back.
+    // Frees of an info no Alloc defined, or of one with no live block left.
     Enc unknown_block;
     unknown_block.rec([](codec::Writer& w) { hslog::put_free(w, 7); });
     write_with("free-of-unknown-block.hslog", records, index_of(records, "alloc") + 1, unknown_block);

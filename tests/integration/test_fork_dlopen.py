@@ -42,9 +42,10 @@ class ForkTest(HeapsnapTest):
         self.assertEqual(sorted(int(f["size"]) for f in allocs), [3333] * 3)
         frees = [f for kind, f in records if kind == "free"]
         self.assertEqual(len(frees), 1)
-        # A block the child's log never saw allocated: named by address, not by id.
-        self.assertNotIn("block", frees[0])
+        # A block the child's log never saw allocated: named by address, not by info.
+        self.assertNotIn("info", frees[0])
         self.assertIn("addr", frees[0])
+        self.assertEqual(frees[0].get("untracked"), "1")
         parent_sizes = sorted(int(f["size"]) for kind, f in self.dump(parent) if kind == "alloc")
         self.assertEqual(parent_sizes, [50, 1000, 1000])
 

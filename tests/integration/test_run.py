@@ -119,7 +119,10 @@ class RunTest(HeapsnapTest):
 
         # Stacks are defined before use; every free matches a live block
         # (realloc is a free of the old block, then the alloc of the new one).
-        defined, live, modules = set(), set(), set()
+        # A small block is named by its allocation info (a free frees one
+        # live block of the info), a large one by its address.
+        defined, modules = set(), set()
+        live = collections.Counter()
         exe_module = None
         for kind, f in records[:marker_at]:
             if kind == "module":
@@ -133,12 +136,15 @@ class RunTest(HeapsnapTest):
             elif kind in ("alloc", "mmap"):
                 self.assertIn(f["stack"], defined, "stack used before its definition")
             if kind == "alloc":
-                self.assertNotIn(f["block"], live)
-                live.add(f["block"])
+                name = f.get("info") or f["addr"]
+                self.assertFalse(name.startswith("0x") and live[name], "two live blocks at one address")
+                live[name] += 1
             elif kind == "free":
-                self.assertIn(f.get("block"), live, "free of a block that is not live")
-                live.remove(f["block"])
-        self.assertEqual(len(live), LIVE_BLOCKS)
+                self.assertNotIn("untracked", f, "free of a block the log never saw allocated")
+                name = f.get("info") or f["addr"]
+                self.assertGreater(live[name], 0, "free of a block that is not live")
+                live[name] -= 1
+        self.assertEqual(sum(live.values()), LIVE_BLOCKS)
         self.assertIsNotNone(exe_module, "no module record for the program")
         # Frame 0 of the malloc(100) stack is main, in the program itself.
         first = next(f for kind, f in records if kind == "alloc")

@@ -67,15 +67,16 @@ class ThreadsTest(HeapsnapTest):
         self.assertEqual(len(set(tids)), len(tids))
         # Allocations of 16..264 bytes come from the producers only, frees
         # from the consumers only.
+        # A free names the allocation info of its block (log version 3).
         producers, consumers = set(), set()
-        live = {}
+        live = collections.Counter()
         for kind, f in records:
             if kind == "alloc" and f["fn"] == "malloc":
                 producers.add(f["thread"])
-                live[f["block"]] = f["thread"]
-            elif kind == "free" and f.get("block") in live:
+                live[f.get("info")] += 1
+            elif kind == "free" and live[f.get("info")] > 0:
                 consumers.add(f["thread"])
-                del live[f["block"]]
+                live[f["info"]] -= 1
         self.assertTrue(producers.isdisjoint(consumers), (producers, consumers))
         self.assertEqual(len(consumers), CONSUMERS)
 

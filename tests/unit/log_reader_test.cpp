@@ -29,13 +29,14 @@ struct Collect : LogVisitor {
     }
     void on_alloc(const AllocEvent& e) override {
         lines.push_back("alloc t=" + std::to_string(e.time_ns) + " thread=" + std::to_string(e.thread) +
-                        " block=" + std::to_string(e.block) + " addr=" + std::to_string(e.address) +
-                        " size=" + std::to_string(e.size) +
+                        " fn=" + hslog::alloc_fn_name(e.fn) + " info=" + std::to_string(e.info) +
+                        " addr=" + std::to_string(e.address) + " size=" + std::to_string(e.size) +
                         " stack=" + std::to_string(e.stack));
     }
     void on_free(const FreeEvent& e) override {
         lines.push_back("free t=" + std::to_string(e.time_ns) + " thread=" + std::to_string(e.thread) +
-                        " block=" + std::to_string(e.block) + " addr=" + std::to_string(e.address));
+                        " info=" + std::to_string(e.info) + " addr=" + std::to_string(e.address) +
+                        (e.untracked ? " untracked" : ""));
     }
     void on_marker(const MarkerRecord& m) override {
         lines.push_back("marker " + std::to_string(m.index) + " " + m.label + " events=" + std::to_string(m.events));
@@ -55,7 +56,7 @@ std::string expect_error(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("log reader: records decode with time, address, block id and thread state across frames") {
+TEST_CASE("log reader: records decode with time, address, allocation info and thread state across frames") {
     LogBuilder b;
     b.process();
     b.stack(1, {{0, 0x10}, {0, 0x20}});
@@ -64,10 +65,12 @@ TEST_CASE("log reader: records decode with time, address, block id and thread st
     b.alloc(1150000, 0x4000, 8, 1);
     b.frame();
     b.free_(1200000, 0x5000);
-    b.alloc(1250000, 0x7000000, 70000, 1);  // large: the address is kept
+    b.alloc(1250000, 0x7000000, 70000, 1);  // large: named by its address, no info
     b.free_(1260000, 0x4000);
     b.free_(1270000, 0x9000);  // never allocated: an untracked free names its address
-    b.alloc(1280000, 0x6000, 1, 1);  // reuses the last freed id, 2
+    b.alloc(1280000, 0x6000, 8, 1, hslog::AllocFn::Calloc);  // a new triple: calloc is part of it
+    b.alloc(1290000, 0x4000, 8, 1);  // a known triple: an AllocInfo record, resolved by the reader
+    b.free_(1295000, 0x7000000);  // a FreeAt
     b.marker(1300000, 1, "A");
     b.end(1400000);
     b.frame();
@@ -75,23 +78,69 @@ TEST_CASE("log reader: records decode with time, address, block id and thread st
     Collect c;
     ReadSummary s = read_log(f.path, c);
     CHECK(s.frames == 2);
-    CHECK(s.events == 7);
+    CHECK(s.events == 9);
     CHECK(s.complete);
     CHECK_FALSE(s.truncated);
     std::vector<std::string> expected = {
         "process 42 /bin/prog argv=2",
         "stack 1 n=2",
-        "alloc t=1100000 thread=0 block=1 addr=0 size=100 stack=1",
-        "alloc t=1150000 thread=1 block=2 addr=0 size=8 stack=1",
-        "free t=1200000 thread=1 block=1 addr=0",
-        "alloc t=1250000 thread=1 block=1 addr=117440512 size=70000 stack=1",
-        "free t=1260000 thread=1 block=2 addr=0",
-        "free t=1270000 thread=1 block=0 addr=36864",
-        "alloc t=1280000 thread=1 block=2 addr=0 size=1 stack=1",
-        "marker 1 A events=7",
-        "end events=7",
+        "alloc t=1100000 thread=0 fn=malloc info=1 addr=0 size=100 stack=1",
+        "alloc t=1150000 thread=1 fn=malloc info=2 addr=0 size=8 stack=1",
+        "free t=1200000 thread=1 info=1 addr=0",
+        "alloc t=1250000 thread=1 fn=malloc info=0 addr=117440512 size=70000 stack=1",
+        "free t=1260000 thread=1 info=2 addr=0",
+        "free t=1270000 thread=1 info=0 addr=36864 untracked",
+        "alloc t=1280000 thread=1 fn=calloc info=3 addr=0 size=8 stack=1",
+        "alloc t=1290000 thread=1 fn=malloc info=2 addr=0 size=8 stack=1",
+        "free t=1295000 thread=1 info=0 addr=117440512",
+        "marker 1 A events=9",
+        "end events=9",
     };
     CHECK(c.lines == expected);
+}
+
+TEST_CASE("log format: exact bytes of the heap records") {
+    uint8_t buf[64];
+    codec::Writer w(buf, sizeof buf);
+    hslog::put_alloc(w, hslog::AllocFn::Calloc, 100, 3);  // defines an info
+    hslog::put_alloc_info(w, 300);
+    hslog::put_free(w, 2);
+    hslog::put_alloc_at(w, hslog::AllocFn::Malloc, 0x10000, 65536, 1);
+    hslog::put_free_at(w, -0x10);
+    hslog::put_free_unknown(w, 1);
+    std::vector<uint8_t> got(buf, buf + w.size());
+    std::vector<uint8_t> expected = {0x31, 0x64, 0x03,                    // Alloc calloc, size 100, stack 3
+                                     0x10, 0xac, 0x02,                    // AllocInfo 300
+                                     0x11, 0x02,                          // Free info 2
+                                     0x40, 0x80, 0x80, 0x08, 0x80, 0x80, 0x04, 0x01,  // AllocAt +0x10000, 65536
+                                     0x15, 0x1f,                          // FreeAt -16 (zigzag 31)
+                                     0x14, 0x02};                         // FreeUnknown +1
+    CHECK(got == expected);
+}
+
+TEST_CASE("log reader: frees that name no live block are corruption") {
+    auto with = [](std::vector<uint8_t> records) {
+        LogBuilder b;
+        b.process();
+        b.stack(1, {{0, 0x10}});
+        b.alloc(1100000, 0x5000, 100, 1);  // info 1, one live block
+        b.raw_record(records);
+        b.frame();
+        return b;
+    };
+    const std::string bad = ": corrupt log: truncated or malformed record in the frame at byte 16";
+    for (std::vector<uint8_t> records : {
+             std::vector<uint8_t>{0x11, 0x01, 0x11, 0x01},  // a second Free of info 1: none left
+             std::vector<uint8_t>{0x11, 0x02},              // Free of info 2: never defined
+             std::vector<uint8_t>{0x11, 0x00},              // info 0 is no info
+             std::vector<uint8_t>{0x10, 0x02},              // AllocInfo of an undefined info
+             std::vector<uint8_t>{0x15, 0x20},              // FreeAt where no addressed block lives
+         }) {
+        TempFile f{with(records).write()};
+        CHECK(expect_error(f.path) == f.path + bad);
+    }
+    TempFile ok{with({0x10, 0x01, 0x11, 0x01, 0x11, 0x01}).write()};  // two blocks of info 1, two frees
+    CHECK(expect_error(ok.path) == "no error");
 }
 
 TEST_CASE("log reader: a file cut inside a frame reads up to the last complete frame") {
@@ -123,19 +172,21 @@ TEST_CASE("log reader: bad input is refused with one clear message") {
     TempFile text{LogBuilder().write(std::vector<uint8_t>{'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd', '!', '!', '!', '!', '!'})};
     CHECK(expect_error(text.path) == text.path + ": not a heapsnap log (bad magic)");
 
+    // Version 2 named blocks by reused block ids; its Free records cannot be
+    // read as version 3's (formats/hslog.md, Version policy).
     LogBuilder older;
-    older.header(1);
+    older.header(2);
     older.process();
     older.frame();
-    TempFile v1{older.write()};
-    CHECK(expect_error(v1.path) == v1.path + ": unsupported log format version 1 (this heapsnap reads version 2)");
+    TempFile v2{older.write()};
+    CHECK(expect_error(v2.path) == v2.path + ": unsupported log format version 2 (this heapsnap reads version 3)");
 
     LogBuilder newer;
-    newer.header(3);
+    newer.header(4);
     newer.process();
     newer.frame();
-    TempFile v3{newer.write()};
-    CHECK(expect_error(v3.path) == v3.path + ": unsupported log format version 3 (this heapsnap reads version 2)");
+    TempFile v4{newer.write()};
+    CHECK(expect_error(v4.path) == v4.path + ": unsupported log format version 4 (this heapsnap reads version 3)");
 
     LogBuilder header_only;
     TempFile h{header_only.write()};
@@ -201,6 +252,30 @@ TEST_CASE("replay: an address freed on one thread and reused by another replays 
     CHECK(s.entries[1].stack == 2);
     CHECK(s.entries[1].bytes == 40);
     CHECK(s.totals.peak_bytes == 100);
+}
+
+TEST_CASE("replay: a free takes the newest live block of its info; totals stay exact") {
+    LogBuilder b;
+    b.process();
+    b.stack(1, {{0, 0x10}});
+    b.alloc(1000000 + 1000000000ull, 0x5000, 100, 1);  // at 1 s: info 1
+    b.alloc(1000000 + 2000000000ull, 0x6000, 100, 1);  // at 2 s: info 1 again
+    b.alloc(1000000 + 3000000000ull, 0x7000, 100, 1);  // at 3 s
+    b.free_(1000000 + 4000000000ull, 0x5000);          // FIFO in the program: the log says "a block of info 1"
+    b.marker(1000000 + 5000000000ull, 1, "A");
+    b.frame();
+    TempFile f{b.write()};
+    Snapshot s = snapshot_at(f.path, parse_moment("A"));
+    CHECK(s.totals.live_bytes == 200);
+    CHECK(s.totals.live_blocks == 2);
+    CHECK(s.totals.untracked_frees == 0);
+    REQUIRE(s.entries.size() == 1);
+    CHECK(s.entries[0].bytes == 200);
+    CHECK(s.entries[0].blocks == 2);
+    // The block of 3 s is taken as the freed one (LIFO), so the live ones
+    // are those of 1 s and 2 s, although the program kept 2 s and 3 s.
+    CHECK(s.entries[0].oldest_ns == 1000000000ull);
+    CHECK(s.entries[0].newest_ns == 2000000000ull);
 }
 
 TEST_CASE("replay: partial munmap splits a mapping") {

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "format/hslog.h"
@@ -69,21 +70,27 @@ public:
         done(w);
     }
     // Heap events name addresses, as the hooks see them; the builder keeps
-    // the block ids the way the recorder's writer does (block_ids.h).
+    // the allocation infos the way the recorder's writer does
+    // (alloc_infos.h): a small block's info, 0 for an addressed one.
     void alloc(uint64_t t, uint64_t addr, uint64_t size, uint32_t stack,
                hslog::AllocFn fn = hslog::AllocFn::Malloc) {
         codec::Writer w = room();
         time(w, t);
         if (auto it = live_.find(addr); it != live_.end()) {  // a missed free
-            hslog::put_free(w, it->second);
-            ids_.free(it->second);
+            put_known_free(w, it->second, addr);
             events_++;
         }
-        live_[addr] = ids_.alloc();
-        if (size >= hslog::kAddressedAllocSize)
+        if (size >= hslog::kAddressedAllocSize) {
+            live_[addr] = 0;
             hslog::put_alloc_at(w, fn, delta(addr), size, stack);
-        else
+        } else if (auto known = infos_.find({fn, size, stack}); known != infos_.end()) {
+            live_[addr] = known->second;
+            hslog::put_alloc_info(w, known->second);
+        } else {
+            auto id = static_cast<uint32_t>(infos_.size() + 1);
+            infos_[{fn, size, stack}] = live_[addr] = id;
             hslog::put_alloc(w, fn, size, stack);
+        }
         events_++;
         done(w);
     }
@@ -91,8 +98,7 @@ public:
         codec::Writer w = room();
         time(w, t);
         if (auto it = live_.find(addr); it != live_.end()) {
-            hslog::put_free(w, it->second);
-            ids_.free(it->second);
+            put_known_free(w, it->second, addr);
             live_.erase(it);
         } else {
             hslog::put_free_unknown(w, delta(addr));
@@ -169,6 +175,12 @@ private:
         if (t > now_) hslog::put_time(w, (t - now_) / hslog::kTimeUnitNs);
         if (t > now_) now_ = t;
     }
+    void put_known_free(codec::Writer& w, uint32_t info, uint64_t addr) {
+        if (info)
+            hslog::put_free(w, info);
+        else
+            hslog::put_free_at(w, delta(addr));
+    }
     int64_t delta(uint64_t addr) {
         auto d = static_cast<int64_t>(addr - addr_);
         addr_ = addr;
@@ -181,8 +193,8 @@ private:
     uint64_t now_ = 1000000;
     uint64_t addr_ = 0;
     uint64_t events_ = 0;
-    std::map<uint64_t, uint32_t> live_;  // address -> block id
-    BlockIds ids_;
+    std::map<uint64_t, uint32_t> live_;  // address -> info id, 0 for an addressed block
+    std::map<std::tuple<hslog::AllocFn, uint64_t, uint32_t>, uint32_t> infos_;  // (fn, size, stack) -> info id
 };
 
 // Deletes the file (and the replay checkpoint a snapshot of it leaves) at

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <map>
+#include <tuple>
 
 #include "log_test_util.h"
 #include "replay/marker_select.h"
@@ -25,10 +26,11 @@ constexpr uint64_t us(uint64_t n) { return kStart + n * 1000; }
 constexpr uint64_t log_us(uint64_t n) { return 1000000 + n * 1000; }
 
 // The events below name blocks by address, as the recorder's hooks see
-// them; these give them the block ids the log reader would (BlockIds).
+// them; these name them the way the log reader would (AllocInfos): a small
+// block by the info of its (fn, size, stack), a large one by its address.
 struct Blocks {
-    std::map<uint64_t, uint32_t> live;  // address -> id
-    BlockIds ids;
+    std::map<uint64_t, uint32_t> live;  // address -> info id, 0 for an addressed block
+    std::map<std::tuple<hslog::AllocFn, uint64_t, uint32_t>, uint32_t> infos;
 } g_blocks;
 
 AllocEvent alloc(uint64_t t, uint32_t thread, uint64_t addr, uint64_t size, uint32_t stack,
@@ -37,8 +39,14 @@ AllocEvent alloc(uint64_t t, uint32_t thread, uint64_t addr, uint64_t size, uint
     e.time_ns = t;
     e.thread = thread;
     e.fn = fn;
-    e.block = g_blocks.live[addr] = g_blocks.ids.alloc();
-    e.address = size >= hslog::kAddressedAllocSize ? addr : 0;
+    if (size >= hslog::kAddressedAllocSize) {
+        e.address = addr;
+    } else {
+        auto [it, fresh] = g_blocks.infos.try_emplace({fn, size, stack}, 0);
+        if (fresh) it->second = static_cast<uint32_t>(g_blocks.infos.size());
+        e.info = it->second;
+    }
+    g_blocks.live[addr] = e.info;
     e.size = size;
     e.stack = stack;
     return e;
@@ -49,11 +57,12 @@ FreeEvent free_of(uint64_t t, uint32_t thread, uint64_t addr) {
     e.time_ns = t;
     e.thread = thread;
     if (auto it = g_blocks.live.find(addr); it != g_blocks.live.end()) {
-        e.block = it->second;
-        g_blocks.ids.free(it->second);
+        e.info = it->second;
+        if (!e.info) e.address = addr;
         g_blocks.live.erase(it);
     } else {
         e.address = addr;
+        e.untracked = true;
     }
     return e;
 }

@@ -1,0 +1,161 @@
+#include "recorder/alloc_infos.h"
+
+#include "recorder/raw_alloc.h"
+
+namespace heapsnap::recorder {
+namespace {
+
+// Open addressing with linear probing, at most half full, and
+// backward-shift deletion (no tombstones: long churn does not slow the
+// tables down). Key 0 (address 0, info 0) marks an empty slot.
+
+struct LiveEntry {
+    uint64_t address;  // 0: empty (malloc never returns a block at 0)
+    uint32_t name;     // info id or kAddressedBlock
+};
+
+struct InfoEntry {
+    uint64_t size;
+    uint32_t stack;
+    uint32_t info;  // 0: empty
+    uint8_t fn;
+};
+
+constexpr size_t kInitialLive = 4096;   // entries; 64 KiB
+constexpr size_t kInitialInfos = 2048;  // entries; 48 KiB
+
+LiveEntry* g_live = nullptr;
+size_t g_live_capacity = 0;  // a power of two
+size_t g_live_size = 0;
+
+InfoEntry* g_infos = nullptr;
+size_t g_infos_capacity = 0;  // a power of two
+size_t g_infos_size = 0;      // also the highest info id given out
+
+// Blocks are at least 16-byte aligned: drop the low bits, then mix.
+size_t live_home(uint64_t address, size_t capacity) {
+    return static_cast<size_t>(((address >> 4) * 0x9e3779b97f4a7c15ull) >> 32) & (capacity - 1);
+}
+
+size_t info_home(hslog::AllocFn fn, uint64_t size, uint32_t stack, size_t capacity) {
+    uint64_t h = (size * 0x9e3779b97f4a7c15ull) ^ ((uint64_t{stack} << 8 | static_cast<uint8_t>(fn)) * 0xc2b2ae3d27d4eb4full);
+    return static_cast<size_t>((h ^ (h >> 29)) >> 16) & (capacity - 1);
+}
+size_t info_home(const InfoEntry& e, size_t capacity) {
+    return info_home(static_cast<hslog::AllocFn>(e.fn), e.size, e.stack, capacity);
+}
+
+// Doubles a table (or creates it), reinserting every entry.
+template <class Entry, class Used, class Home>
+bool grow(Entry*& table, size_t& capacity, size_t initial, Used used, Home home) {
+    size_t fresh_capacity = capacity ? capacity * 2 : initial;
+    auto* fresh = static_cast<Entry*>(raw_map(fresh_capacity * sizeof(Entry)));
+    if (!fresh) return false;
+    for (size_t i = 0; i < capacity; ++i) {
+        if (!used(table[i])) continue;
+        size_t j = home(table[i], fresh_capacity);
+        while (used(fresh[j])) j = (j + 1) & (fresh_capacity - 1);
+        fresh[j] = table[i];
+    }
+    raw_unmap(table, capacity * sizeof(Entry));
+    table = fresh;
+    capacity = fresh_capacity;
+    return true;
+}
+
+bool grow_live() {
+    return grow(
+        g_live, g_live_capacity, kInitialLive, [](const LiveEntry& e) { return e.address != 0; },
+        [](const LiveEntry& e, size_t capacity) { return live_home(e.address, capacity); });
+}
+
+bool grow_infos() {
+    return grow(
+        g_infos, g_infos_capacity, kInitialInfos, [](const InfoEntry& e) { return e.info != 0; },
+        [](const InfoEntry& e, size_t capacity) { return info_home(e, capacity); });
+}
+
+// Removes the live entry at index i, pulling later members of its probe
+// run into the hole. Infos are never removed: an id stays defined for the
+// rest of the log.
+void erase_live_at(size_t i) {
+    size_t mask = g_live_capacity - 1;
+    for (size_t hole = i, j = (i + 1) & mask;; j = (j + 1) & mask) {
+        if (!g_live[j].address) {
+            g_live[hole].address = 0;
+            return;
+        }
+        size_t h = live_home(g_live[j].address, g_live_capacity);
+        // Entry j may move to the hole if its home is not in (hole, j].
+        if (((j - h) & mask) >= ((j - hole) & mask)) {
+            g_live[hole] = g_live[j];
+            hole = j;
+        }
+    }
+}
+
+// The info id of a triple, defining the next one if it is new.
+uint32_t info_of(hslog::AllocFn fn, uint64_t size, uint32_t stack, bool* fresh) {
+    size_t i = info_home(fn, size, stack, g_infos_capacity);
+    for (;; i = (i + 1) & (g_infos_capacity - 1)) {
+        InfoEntry& e = g_infos[i];
+        if (!e.info) break;
+        if (e.size == size && e.stack == stack && e.fn == static_cast<uint8_t>(fn)) {
+            *fresh = false;
+            return e.info;
+        }
+    }
+    g_infos[i] = InfoEntry{size, stack, static_cast<uint32_t>(++g_infos_size), static_cast<uint8_t>(fn)};
+    *fresh = true;
+    return g_infos[i].info;
+}
+
+}  // namespace
+
+InfoAlloc alloc_infos_alloc(uint64_t address, hslog::AllocFn fn, uint64_t size, uint32_t stack) {
+    InfoAlloc r;
+    if ((g_live_size + 1) * 2 > g_live_capacity && !grow_live()) return r;
+    bool addressed = size >= hslog::kAddressedAllocSize;
+    if (!addressed) {
+        // An info id must never reach kAddressedBlock; 4 billion distinct
+        // triples end the recording rather than the log's consistency.
+        if (g_infos_size + 1 >= kAddressedBlock) return r;
+        if ((g_infos_size + 1) * 2 > g_infos_capacity && !grow_infos()) return r;
+    }
+    size_t i = live_home(address, g_live_capacity);
+    while (g_live[i].address && g_live[i].address != address) i = (i + 1) & (g_live_capacity - 1);
+    if (g_live[i].address)
+        r.replaced = g_live[i].name;
+    else
+        g_live_size++;
+    r.info = addressed ? kAddressedBlock : info_of(fn, size, stack, &r.fresh);
+    g_live[i] = LiveEntry{address, r.info};
+    r.ok = true;
+    return r;
+}
+
+uint32_t alloc_infos_free(uint64_t address) {
+    if (!g_live_capacity) return 0;
+    size_t i = live_home(address, g_live_capacity);
+    while (g_live[i].address != address) {
+        if (!g_live[i].address) return 0;
+        i = (i + 1) & (g_live_capacity - 1);
+    }
+    uint32_t name = g_live[i].name;
+    erase_live_at(i);
+    g_live_size--;
+    return name;
+}
+
+void alloc_infos_reset() {
+    raw_unmap(g_live, g_live_capacity * sizeof(LiveEntry));
+    raw_unmap(g_infos, g_infos_capacity * sizeof(InfoEntry));
+    g_live = nullptr;
+    g_live_capacity = 0;
+    g_live_size = 0;
+    g_infos = nullptr;
+    g_infos_capacity = 0;
+    g_infos_size = 0;
+}
+
+}  // namespace heapsnap::recorder
