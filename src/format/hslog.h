@@ -69,7 +69,10 @@ inline constexpr uint64_t kAddressedAllocSize = 64 * 1024;
 
 // Largest uncompressed payload of one zstd frame the writer produces; a
 // reader refuses frames announcing more than kMaxFramePayload (corrupt).
-inline constexpr uint32_t kFramePayload = 256 * 1024;
+// 1 MiB: frames are independent, so each one pays again for the first
+// occurrence of every repeating pattern; on churn 1 MiB frames make the log
+// 27% smaller than 256 KiB ones (formats/hslog.md, "Version 3").
+inline constexpr uint32_t kFramePayload = 1024 * 1024;
 inline constexpr uint32_t kMaxFramePayload = 64 * 1024 * 1024;
 // Largest sampling distance a recorder accepts (HEAPSNAP_SAMPLE_BYTES): 1
 // GiB, so a sampled block never stands for more than 2^32 blocks.

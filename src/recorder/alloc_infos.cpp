@@ -32,9 +32,16 @@ InfoEntry* g_infos = nullptr;
 size_t g_infos_capacity = 0;  // a power of two
 size_t g_infos_size = 0;      // also the highest info id given out
 
-// Blocks are at least 16-byte aligned: drop the low bits, then mix.
+// Blocks are at least 16-byte aligned: drop the low bits. The page number
+// is mixed, the offset within the page is not, so the blocks of one page
+// (which malloc hands out and takes back together) share a few lines of
+// the table: a round of churn touches a handful of lines per page, where
+// a fully mixed hash cost a cache miss per event (most of the writer's
+// time on tools/bench-programs/churn.py). A page's 256 granules still
+// land at a random place, so distant heaps do not pile up on each other.
 size_t live_home(uint64_t address, size_t capacity) {
-    return static_cast<size_t>(((address >> 4) * 0x9e3779b97f4a7c15ull) >> 32) & (capacity - 1);
+    uint64_t page = ((address >> 12) * 0x9e3779b97f4a7c15ull) >> 32;
+    return static_cast<size_t>(page + ((address >> 4) & 0xff)) & (capacity - 1);
 }
 
 size_t info_home(hslog::AllocFn fn, uint64_t size, uint32_t stack, size_t capacity) {

@@ -3,7 +3,7 @@
 // A background thread wakes when a ring is half full (eventfd) or every
 // 50 ms, merges the rings in time order (see thread_buffer.h), prefixes the
 // round with queued metadata, encodes records into a frame buffer and
-// writes each 256 KiB of records as one zstd frame. A frame is also cut
+// writes each 1 MiB of records as one zstd frame. A frame is also cut
 // whenever 100 ms passed since the last write and something is pending, and
 // right after a marker, so a SIGKILL loses at most the last 100 ms of events
 // and a requested marker is on disk promptly.
