@@ -141,7 +141,7 @@ void get_thread(codec::Reader& r, ThreadStartRecord& t) {
     t.stack_hi = r.varint();
 }
 
-void put_stack(ByteBuffer& o, uint32_t id, const std::vector<StackFrame>& frames) {
+void put_stack(ByteBuffer& o, uint32_t id, std::span<const StackFrame> frames) {
     o.varint(id);
     o.varint(frames.size());
     for (const StackFrame& f : frames) {

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -89,7 +90,7 @@ void get_module(codec::Reader& r, SnapshotModule& m);
 void put_thread(ByteBuffer& o, const ThreadStartRecord& t);
 void get_thread(codec::Reader& r, ThreadStartRecord& t);
 // One stack: id, frame count, then (module, vaddr) per frame.
-void put_stack(ByteBuffer& o, uint32_t id, const std::vector<StackFrame>& frames);
+void put_stack(ByteBuffer& o, uint32_t id, std::span<const StackFrame> frames);
 uint32_t get_stack(codec::Reader& r, std::vector<StackFrame>& frames);
 
 }  // namespace heapsnap

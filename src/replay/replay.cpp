@@ -18,7 +18,7 @@ void Replay::on_module_unload(uint32_t module, uint64_t) {
 }
 
 void Replay::on_stack(uint32_t stack, std::span<const StackFrame> frames) {
-    stacks_[stack].assign(frames.begin(), frames.end());
+    stacks_.set(stack, frames);
 }
 
 void Replay::on_thread_start(const ThreadStartRecord& t) {
@@ -180,7 +180,7 @@ void Replay::save_state(ByteBuffer& o) const {
     o.varint(threads_.size());
     for (const auto& [index, th] : threads_) put_thread(o, th);
     o.varint(stacks_.size());
-    for (const auto& [id, frames] : stacks_) put_stack(o, id, frames);
+    stacks_.for_each([&](uint32_t id, std::span<const StackFrame> frames) { put_stack(o, id, frames); });
     // Per info, oldest first, so that loading re-adds them in an order
     // that rebuilds every info's LIFO chain; then the addressed blocks.
     uint64_t entries = 0;
@@ -229,7 +229,7 @@ void Replay::load_state(codec::Reader& r) {
     for (uint64_t n = r.count(2); n-- && r.ok();) {
         std::vector<StackFrame> frames;
         uint32_t id = get_stack(r, frames);
-        stacks_[id] = std::move(frames);
+        stacks_.set(id, frames);
     }
     // Per-stack totals follow from the live blocks and mappings; the live
     // totals were read above and are recounted by add_block.
@@ -295,10 +295,7 @@ Snapshot Replay::snapshot(const MarkerRecord& marker, bool has_marker_data) cons
         if (t.mmap_regions)
             s.entries.push_back(SnapshotEntry{id, EntryKind::Mmap, t.mmap_bytes, t.mmap_regions,
                                               since_start(map_age[id].oldest), since_start(map_age[id].newest)});
-        if (t.blocks || t.mmap_regions) {
-            auto it = stacks_.find(id);
-            s.stacks[id] = it != stacks_.end() ? it->second : std::vector<StackFrame>{};
-        }
+        if (t.blocks || t.mmap_regions) s.stacks[id] = stacks_.copy(id);
     }
 
     // What the recorder knows that /proc does not: which regions hold live
@@ -463,8 +460,7 @@ Snapshot HistoryReplay::peak() const {
         if (!at_peak_[id].blocks) continue;
         s.entries.push_back(SnapshotEntry{id, EntryKind::Heap, static_cast<uint64_t>(at_peak_[id].bytes),
                                           static_cast<uint64_t>(at_peak_[id].blocks), 0, 0});
-        auto it = stack_table().find(id);
-        s.stacks[id] = it != stack_table().end() ? it->second : std::vector<StackFrame>{};
+        s.stacks[id] = stack_table().copy(id);
     }
     return s;
 }

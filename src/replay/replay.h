@@ -38,6 +38,7 @@
 
 #include "format/log_reader.h"
 #include "format/snapshot_file.h"
+#include "replay/stacks.h"
 #include "util/flat_map.h"
 
 namespace heapsnap {
@@ -112,7 +113,7 @@ protected:
         for (uint32_t slot = 1; slot < blocks_.size(); ++slot)
             if (blocks_[slot].live()) fn(slot, blocks_[slot]);
     }
-    const std::map<uint32_t, std::vector<StackFrame>>& stack_table() const { return stacks_; }
+    const StackTable& stack_table() const { return stacks_; }
 
 private:
     void remove_mapping_range(uint64_t start, uint64_t end);
@@ -134,7 +135,7 @@ private:
     FlatMap<uint32_t> block_address_;  // address -> slot, for the blocks the log names by address
     std::map<uint64_t, LiveMapping> mappings_;  // by start address
     std::vector<StackTotals> per_stack_;        // by stack id
-    std::map<uint32_t, std::vector<StackFrame>> stacks_;
+    StackTable stacks_;
     std::map<uint32_t, SnapshotModule> modules_;
     std::map<uint32_t, ThreadStartRecord> threads_;  // live threads
 };
@@ -220,7 +221,7 @@ public:
     // they use, modules and totals (live bytes and blocks at the peak).
     Snapshot peak() const;
     // Every stack defined so far (also those with nothing live).
-    const std::map<uint32_t, std::vector<StackFrame>>& stacks() const { return stack_table(); }
+    const StackTable& stacks() const { return stack_table(); }
 
 private:
     struct ThreadState {

@@ -236,8 +236,7 @@ ReportHistory replay_history(const std::string& log, const Snapshot& moment) {
     h.temporary_stacks.modules = h.peak.modules;
     for (uint32_t id = 0; id < h.activity.size(); ++id) {
         if (!h.activity[id].temporary) continue;
-        auto it = replay.stacks().find(id);
-        h.temporary_stacks.stacks[id] = it != replay.stacks().end() ? it->second : std::vector<StackFrame>{};
+        h.temporary_stacks.stacks[id] = replay.stacks().copy(id);
     }
     return h;
 }
