@@ -91,7 +91,11 @@ inline void set_deferred_caller(Slot& s, uint64_t caller) {
 
 inline uint64_t deferred_caller(const Slot& s) { return uint64_t{s.caller_hi} << 32 | s.aux; }
 
-inline constexpr uint64_t kRingSlots = 8192;
+// 640 KiB a ring. The writer cannot drain while it compresses a frame
+// (1 MiB of records, ~3 ms); a ring must hold what a busy thread produces
+// meanwhile. With 8192 slots python3 (tools/bench) waited for room about
+// 120 times a run, with 16384 about 10.
+inline constexpr uint64_t kRingSlots = 16384;
 // Room kept free for slots written by signal handlers nested in a hook.
 inline constexpr uint64_t kNestedReserve = 16;
 
