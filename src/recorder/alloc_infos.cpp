@@ -14,15 +14,18 @@ struct LiveEntry {
     uint32_t name;     // info id or kAddressedBlock
 };
 
+// 16 bytes, four to a cache line: the lookup per allocation misses the
+// cache whenever sizes vary, so fewer lines is faster.
 struct InfoEntry {
-    uint64_t size;
+    uint64_t size_fn;  // size << 8 | fn (sizes are far below 2^56)
     uint32_t stack;
     uint32_t info;  // 0: empty
-    uint8_t fn;
 };
 
+uint64_t size_fn(uint64_t size, hslog::AllocFn fn) { return size << 8 | static_cast<uint8_t>(fn); }
+
 constexpr size_t kInitialLive = 4096;   // entries; 64 KiB
-constexpr size_t kInitialInfos = 2048;  // entries; 48 KiB
+constexpr size_t kInitialInfos = 2048;  // entries; 32 KiB
 
 LiveEntry* g_live = nullptr;
 size_t g_live_capacity = 0;  // a power of two
@@ -49,7 +52,7 @@ size_t info_home(hslog::AllocFn fn, uint64_t size, uint32_t stack, size_t capaci
     return static_cast<size_t>((h ^ (h >> 29)) >> 16) & (capacity - 1);
 }
 size_t info_home(const InfoEntry& e, size_t capacity) {
-    return info_home(static_cast<hslog::AllocFn>(e.fn), e.size, e.stack, capacity);
+    return info_home(static_cast<hslog::AllocFn>(e.size_fn & 0xff), e.size_fn >> 8, e.stack, capacity);
 }
 
 // Doubles a table (or creates it), reinserting every entry.
@@ -107,17 +110,24 @@ uint32_t info_of(hslog::AllocFn fn, uint64_t size, uint32_t stack, bool* fresh) 
     for (;; i = (i + 1) & (g_infos_capacity - 1)) {
         InfoEntry& e = g_infos[i];
         if (!e.info) break;
-        if (e.size == size && e.stack == stack && e.fn == static_cast<uint8_t>(fn)) {
+        if (e.size_fn == size_fn(size, fn) && e.stack == stack) {
             *fresh = false;
             return e.info;
         }
     }
-    g_infos[i] = InfoEntry{size, stack, static_cast<uint32_t>(++g_infos_size), static_cast<uint8_t>(fn)};
+    g_infos[i] = InfoEntry{size_fn(size, fn), stack, static_cast<uint32_t>(++g_infos_size)};
     *fresh = true;
     return g_infos[i].info;
 }
 
 }  // namespace
+
+void alloc_infos_prefetch(uint64_t address, bool alloc, hslog::AllocFn fn, uint64_t size, uint32_t stack) {
+    if (!g_live_capacity) return;
+    __builtin_prefetch(&g_live[live_home(address, g_live_capacity)]);
+    if (alloc && size < hslog::kAddressedAllocSize && g_infos_capacity)
+        __builtin_prefetch(&g_infos[info_home(fn, size, stack, g_infos_capacity)]);
+}
 
 InfoAlloc alloc_infos_alloc(uint64_t address, hslog::AllocFn fn, uint64_t size, uint32_t stack) {
     InfoAlloc r;

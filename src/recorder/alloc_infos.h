@@ -17,7 +17,7 @@
 //
 // Memory: two open-addressing tables, each at most half full: address ->
 // info (16 bytes an entry, so 32-64 bytes per live block with doubling)
-// and triple -> info (24 bytes an entry, per distinct triple: like the
+// and triple -> info (16 bytes an entry, per distinct triple: like the
 // stack table, bounded by the program's call sites and sizes, not by its
 // events). All from raw_map, so markers count it in the recorder's own
 // row; nothing here calls malloc. In a fork child the parent's tables are
@@ -50,6 +50,12 @@ InfoAlloc alloc_infos_alloc(uint64_t address, hslog::AllocFn fn, uint64_t size, 
 // now freed; 0 if the writer never saw it allocated (inherited across fork,
 // or older than the log).
 uint32_t alloc_infos_free(uint64_t address);
+
+// Starts loading the table lines an upcoming alloc_infos_alloc (alloc) or
+// alloc_infos_free will probe first. Both tables are larger than the cache
+// on real programs and probed at random: the writer calls this a few events
+// ahead, so the misses overlap instead of queueing one after another.
+void alloc_infos_prefetch(uint64_t address, bool alloc, hslog::AllocFn fn, uint64_t size, uint32_t stack);
 
 // Forgets every block and every info: a new log starts with none.
 void alloc_infos_reset();

@@ -287,6 +287,16 @@ bool ensure_cursor_capacity(size_t n) {
 
 const Slot& at(const Cursor& c) { return c.ring->slots[c.pos % kRingSlots]; }
 
+// How many events ahead of the one being encoded the writer prefetches
+// the table lines its lookups will touch (alloc_infos_prefetch): enough to
+// cover a miss at ~30 ns an event.
+constexpr uint64_t kPrefetchAhead = 8;
+
+void prefetch_tables(const Slot& s) {
+    if (s.kind == SlotKind::Alloc || s.kind == SlotKind::Free)
+        alloc_infos_prefetch(s.addr, s.kind == SlotKind::Alloc, static_cast<hslog::AllocFn>(s.fn), s.size, s.stack);
+}
+
 // Order of two events with the same stamp: releases first, so that an
 // address freed and reused within one clock tick replays as free, alloc.
 int kind_rank(SlotKind k) { return (k == SlotKind::Free || k == SlotKind::Munmap) ? 0 : 1; }
@@ -342,6 +352,7 @@ size_t round_locked() {
         // thread is one long run).
         const Cursor* next = live > 1 ? &heap[0] : nullptr;
         do {
+            if (c.pos + kPrefetchAhead < c.end) prefetch_tables(c.ring->slots[(c.pos + kPrefetchAhead) % kRingSlots]);
             const Slot& s = at(c);
             encode(s);
             c.ring->last_ts = s.ts;
