@@ -88,7 +88,7 @@ struct NearRule {
     uint64_t pc;
     FrameRule rule;
 };
-constexpr unsigned kNearBits = 6;
+constexpr unsigned kNearBits = 8;  // python3 allocates from hundreds of call sites
 
 // key() results for recent stacks, by their reported ips: a stack of the
 // same ips has the same key. The hash of the ips is kept per frame, so it

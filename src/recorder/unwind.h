@@ -41,7 +41,7 @@
 // The caches: a pool of 64, each borrowed for one walk with an atomic
 // flag, so a thread, a signal handler interrupting it, another thread or a
 // fork child never use one at the same time; nothing in them is trusted
-// without the link check, so any thread may take any of them. About 60 KiB
+// without the link check, so any thread may take any of them. About 70 KiB
 // each from raw_map, mapped on first use and counted as recorder memory.
 #pragma once
 
