@@ -74,10 +74,18 @@ public:
         codec::Reader r(data, size);
         while (!r.at_end()) {
             uint8_t tag = r.u8();
-            if (tag == kAllocInfoTag && has_process_) [[likely]]
-                alloc_info(r);
-            else if (tag == kFreeTag && has_process_) [[likely]]
-                free(r);
+            // Short records first: on a busy log nearly every record is one,
+            // and the tag's top two bits say which (hslog.h).
+            if (tag >= kShortAllocInfoTag && has_process_) [[likely]] {
+                uint64_t id = static_cast<uint64_t>(tag & kShortIdHighBits) << 8 | r.u8();
+                if (tag >= kShortFreeTag)
+                    free(r, id);
+                else
+                    alloc_info(r, id);
+            } else if (tag == kAllocInfoTag && has_process_)
+                alloc_info(r, r.varint());
+            else if (tag == kFreeTag && has_process_)
+                free(r, r.varint());
             else if (static_cast<uint8_t>(tag - kAllocTag) < hslog::kAllocFnCount && has_process_)
                 alloc(r, static_cast<hslog::AllocFn>(tag - kAllocTag), false);
             else if (tag == kThreadTag && has_process_)
@@ -121,6 +129,9 @@ private:
     static constexpr uint8_t kFreeTag = static_cast<uint8_t>(hslog::Tag::Free);
     static constexpr uint8_t kThreadTag = static_cast<uint8_t>(hslog::Tag::Thread);
     static constexpr uint8_t kTimeTag = static_cast<uint8_t>(hslog::Tag::Time);
+    static constexpr uint8_t kShortAllocInfoTag = static_cast<uint8_t>(hslog::Tag::ShortAllocInfo);
+    static constexpr uint8_t kShortFreeTag = static_cast<uint8_t>(hslog::Tag::ShortFree);
+    static constexpr uint8_t kShortIdHighBits = 0x3f;
 
     [[noreturn]] void corrupt(uint64_t offset, const std::string& what) {
         throw Error(path_ + ": corrupt log: " + what + " in the frame at byte " + std::to_string(offset));
@@ -163,9 +174,9 @@ private:
         }
         visitor_.on_alloc(e);
     }
-    void alloc_info(codec::Reader& r) {
+    // AllocInfo and Free, long or short: `id` is decoded, `r` only checked.
+    void alloc_info(codec::Reader& r, uint64_t id) {
         AllocEvent e;
-        uint64_t id = r.varint();
         summary_.events++;
         if (!r.ok()) return;
         const AllocInfo* info = infos_.alloc(id);
@@ -178,10 +189,9 @@ private:
         e.stack = info->stack;
         visitor_.on_alloc(e);
     }
-    void free(codec::Reader& r) {
+    void free(codec::Reader& r, uint64_t id) {
         FreeEvent e;
         e.time_ns = now_;
-        uint64_t id = r.varint();
         e.thread = thread_;
         summary_.events++;
         if (!r.ok()) return;
@@ -253,7 +263,9 @@ private:
             case Tag::Alloc:
             case Tag::AllocAt:
             case Tag::AllocInfo:
-            case Tag::Free: break;  // decode() handles them
+            case Tag::Free:
+            case Tag::ShortAllocInfo:
+            case Tag::ShortFree: break;  // decode() handles them
             case Tag::FreeAt:
             case Tag::FreeUnknown: {
                 FreeEvent e;
@@ -312,14 +324,6 @@ private:
         if (static_cast<uint8_t>(raw - kAllocTag) < hslog::kAllocFnCount ||
             static_cast<uint8_t>(raw - kAllocAtTag) < hslog::kAllocFnCount) {
             alloc(r, static_cast<hslog::AllocFn>(raw & 0x0f), raw >= kAllocAtTag);
-            return true;
-        }
-        if (raw == kFreeTag) {
-            free(r);
-            return true;
-        }
-        if (raw == kAllocInfoTag) {
-            alloc_info(r);
             return true;
         }
         throw Error(path_ + ": corrupt log: unknown record tag " + std::to_string(static_cast<int>(tag)));

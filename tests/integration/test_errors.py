@@ -44,15 +44,18 @@ class InputErrorTest(HeapsnapTest):
     def test_other_version(self):
         data = bytearray(open(self.log(), "rb").read())
         self.assertEqual(bytes(data[:8]), b"HEAPSNAP")
-        self.assertEqual(struct.unpack_from("<I", data, 8)[0], 3)
-        struct.pack_into("<I", data, 8, 4)
-        self.assert_log_error(self.write("v4.hslog", bytes(data)), "unsupported log format version 4")
-        # Version 2 logs (frees by block id) and version 1 logs (addresses in
-        # every record) are not read either.
+        self.assertEqual(struct.unpack_from("<I", data, 8)[0], 4)
+        struct.pack_into("<I", data, 8, 5)
+        self.assert_log_error(self.write("v5.hslog", bytes(data)), "unsupported log format version 5")
+        # Version 3 logs (no short records), version 2 logs (frees by block
+        # id) and version 1 logs (addresses in every record) are not read
+        # either.
+        struct.pack_into("<I", data, 8, 3)
+        self.assert_log_error(self.write("v3.hslog", bytes(data)), "unsupported log format version 3 (this heapsnap reads version 4)")
         struct.pack_into("<I", data, 8, 2)
-        self.assert_log_error(self.write("v2.hslog", bytes(data)), "unsupported log format version 2 (this heapsnap reads version 3)")
+        self.assert_log_error(self.write("v2.hslog", bytes(data)), "unsupported log format version 2 (this heapsnap reads version 4)")
         struct.pack_into("<I", data, 8, 1)
-        self.assert_log_error(self.write("v1.hslog", bytes(data)), "unsupported log format version 1 (this heapsnap reads version 3)")
+        self.assert_log_error(self.write("v1.hslog", bytes(data)), "unsupported log format version 1 (this heapsnap reads version 4)")
 
     def test_truncated_and_corrupt(self):
         data = open(self.log(), "rb").read()

@@ -67,7 +67,7 @@ class ThreadsTest(HeapsnapTest):
         self.assertEqual(len(set(tids)), len(tids))
         # Allocations of 16..264 bytes come from the producers only, frees
         # from the consumers only.
-        # A free names the allocation info of its block (log version 3).
+        # A free names the allocation info of its block (log versions 3 and 4).
         producers, consumers = set(), set()
         live = collections.Counter()
         for kind, f in records:

@@ -104,18 +104,86 @@ TEST_CASE("log format: exact bytes of the heap records") {
     codec::Writer w(buf, sizeof buf);
     hslog::put_alloc(w, hslog::AllocFn::Calloc, 100, 3);  // defines an info
     hslog::put_alloc_info(w, 300);
-    hslog::put_free(w, 2);
+    hslog::put_free(w, 0x1234);
     hslog::put_alloc_at(w, hslog::AllocFn::Malloc, 0x10000, 65536, 1);
     hslog::put_free_at(w, -0x10);
     hslog::put_free_unknown(w, 1);
     std::vector<uint8_t> got(buf, buf + w.size());
     std::vector<uint8_t> expected = {0x31, 0x64, 0x03,                    // Alloc calloc, size 100, stack 3
-                                     0x10, 0xac, 0x02,                    // AllocInfo 300
-                                     0x11, 0x02,                          // Free info 2
+                                     0x81, 0x2c,                          // short AllocInfo 300 (0x12c)
+                                     0xd2, 0x34,                          // short Free info 0x1234
                                      0x40, 0x80, 0x80, 0x08, 0x80, 0x80, 0x04, 0x01,  // AllocAt +0x10000, 65536
                                      0x15, 0x1f,                          // FreeAt -16 (zigzag 31)
                                      0x14, 0x02};                         // FreeUnknown +1
     CHECK(got == expected);
+}
+
+TEST_CASE("log format: an info id takes the short form up to 16383, the long form above") {
+    uint8_t buf[64];
+    codec::Writer w(buf, sizeof buf);
+    hslog::put_alloc_info(w, 1);
+    hslog::put_free(w, 1);
+    hslog::put_alloc_info(w, 16383);
+    hslog::put_free(w, 16383);
+    hslog::put_alloc_info(w, 16384);
+    hslog::put_free(w, 16384);
+    std::vector<uint8_t> got(buf, buf + w.size());
+    std::vector<uint8_t> expected = {0x80, 0x01,              // short AllocInfo 1
+                                     0xc0, 0x01,              // short Free 1
+                                     0xbf, 0xff,              // short AllocInfo 16383: all 14 bits set
+                                     0xff, 0xff,              // short Free 16383
+                                     0x10, 0x80, 0x80, 0x01,  // AllocInfo 16384 (varint)
+                                     0x11, 0x80, 0x80, 0x01}; // Free 16384
+    CHECK(got == expected);
+}
+
+TEST_CASE("log reader: short and long AllocInfo and Free records decode to the same events") {
+    // 16384 triples (sizes 1 to 16384 from one stack) define infos 1 to
+    // 16384; the last one is too large for a short record.
+    auto defined = [] {
+        LogBuilder b;
+        b.process();
+        b.stack(1, {{0, 0x10}});
+        for (uint64_t size = 1; size <= 16384; ++size) b.alloc(1100000, 0x100000 + 16 * size, size, 1);
+        return b;
+    };
+    auto read = [](LogBuilder& b, std::vector<uint8_t> records) {
+        b.raw_record(records);
+        b.frame();
+        TempFile f{b.write()};
+        Collect c;
+        ReadSummary s = read_log(f.path, c);
+        CHECK(s.events == 16384 + 6);
+        return std::vector<std::string>(c.lines.end() - 6, c.lines.end());
+    };
+    LogBuilder long_form = defined();
+    std::vector<std::string> got_long = read(long_form, {
+        0x10, 0x05,              // AllocInfo 5
+        0x11, 0x05,              // Free 5
+        0x10, 0xff, 0x7f,        // AllocInfo 16383
+        0x11, 0xff, 0x7f,        // Free 16383
+        0x10, 0x80, 0x80, 0x01,  // AllocInfo 16384
+        0x11, 0x80, 0x80, 0x01,  // Free 16384
+    });
+    LogBuilder mixed = defined();
+    std::vector<std::string> got_mixed = read(mixed, {
+        0x80, 0x05,              // short AllocInfo 5
+        0x11, 0x05,              // Free 5, long
+        0x10, 0xff, 0x7f,        // AllocInfo 16383, long
+        0xff, 0xff,              // short Free 16383
+        0x10, 0x80, 0x80, 0x01,  // AllocInfo 16384: only the long form names it
+        0x11, 0x80, 0x80, 0x01,
+    });
+    std::vector<std::string> expected = {
+        "alloc t=1100000 thread=0 fn=malloc info=5 addr=0 size=5 stack=1",
+        "free t=1100000 thread=0 info=5 addr=0",
+        "alloc t=1100000 thread=0 fn=malloc info=16383 addr=0 size=16383 stack=1",
+        "free t=1100000 thread=0 info=16383 addr=0",
+        "alloc t=1100000 thread=0 fn=malloc info=16384 addr=0 size=16384 stack=1",
+        "free t=1100000 thread=0 info=16384 addr=0",
+    };
+    CHECK(got_long == expected);
+    CHECK(got_mixed == expected);
 }
 
 TEST_CASE("log reader: frees that name no live block are corruption") {
@@ -134,6 +202,12 @@ TEST_CASE("log reader: frees that name no live block are corruption") {
              std::vector<uint8_t>{0x11, 0x02},              // Free of info 2: never defined
              std::vector<uint8_t>{0x11, 0x00},              // info 0 is no info
              std::vector<uint8_t>{0x10, 0x02},              // AllocInfo of an undefined info
+             std::vector<uint8_t>{0xc0, 0x00},              // short Free of info 0
+             std::vector<uint8_t>{0x80, 0x00},              // short AllocInfo of info 0
+             std::vector<uint8_t>{0xc0, 0x01, 0xc0, 0x01},  // short Frees: a second one of info 1
+             std::vector<uint8_t>{0x80, 0x02},              // short AllocInfo of an undefined info
+             std::vector<uint8_t>{0x81, 0x01},              // short AllocInfo 0x101: undefined
+             std::vector<uint8_t>{0x80},                    // a short record without its second byte
              std::vector<uint8_t>{0x15, 0x20},              // FreeAt where no addressed block lives
          }) {
         TempFile f{with(records).write()};
@@ -141,6 +215,8 @@ TEST_CASE("log reader: frees that name no live block are corruption") {
     }
     TempFile ok{with({0x10, 0x01, 0x11, 0x01, 0x11, 0x01}).write()};  // two blocks of info 1, two frees
     CHECK(expect_error(ok.path) == "no error");
+    TempFile ok_short{with({0x80, 0x01, 0xc0, 0x01, 0xc0, 0x01}).write()};  // the same, short
+    CHECK(expect_error(ok_short.path) == "no error");
 }
 
 TEST_CASE("log reader: a file cut inside a frame reads up to the last complete frame") {
@@ -172,21 +248,26 @@ TEST_CASE("log reader: bad input is refused with one clear message") {
     TempFile text{LogBuilder().write(std::vector<uint8_t>{'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd', '!', '!', '!', '!', '!'})};
     CHECK(expect_error(text.path) == text.path + ": not a heapsnap log (bad magic)");
 
-    // Version 2 named blocks by reused block ids; its Free records cannot be
-    // read as version 3's (formats/hslog.md, Version policy).
-    LogBuilder older;
-    older.header(2);
-    older.process();
-    older.frame();
-    TempFile v2{older.write()};
-    CHECK(expect_error(v2.path) == v2.path + ": unsupported log format version 2 (this heapsnap reads version 3)");
+    // Version 3 had no short records: its tags 0x80-0xff are unknown, so a
+    // version-3 reader could not read version 4's AllocInfo and Free records
+    // (formats/hslog.md, Version policy). Version 2 named blocks by reused
+    // block ids.
+    for (uint32_t version : {2u, 3u}) {
+        LogBuilder older;
+        older.header(version);
+        older.process();
+        older.frame();
+        TempFile f{older.write()};
+        CHECK(expect_error(f.path) == f.path + ": unsupported log format version " + std::to_string(version) +
+                                          " (this heapsnap reads version 4)");
+    }
 
     LogBuilder newer;
-    newer.header(4);
+    newer.header(5);
     newer.process();
     newer.frame();
-    TempFile v4{newer.write()};
-    CHECK(expect_error(v4.path) == v4.path + ": unsupported log format version 4 (this heapsnap reads version 3)");
+    TempFile v5{newer.write()};
+    CHECK(expect_error(v5.path) == v5.path + ": unsupported log format version 5 (this heapsnap reads version 4)");
 
     LogBuilder header_only;
     TempFile h{header_only.write()};
