@@ -27,7 +27,8 @@ std::atomic<uint32_t> g_live_threads{0};
 // Rings created so far; from the second one on, stamps are ordered across
 // threads (thread_buffer.h, "One thread").
 std::atomic<uint32_t> g_rings_created{0};
-std::atomic<bool> g_several_threads{false};
+
+bool several_threads() { return g_rings_created.load(std::memory_order_acquire) > 1; }
 
 // Registered for membarrier: producers raise in_flight with a plain store
 // (see thread_buffer.h). Set once before the first event.
@@ -56,8 +57,7 @@ ThreadRing* new_ring(uint32_t thread_index) {
         ring = static_cast<ThreadRing*>(mem);
     }
     // Before this ring's first stamp.
-    if (g_rings_created.fetch_add(1, std::memory_order_relaxed) > 0)
-        g_several_threads.store(true, std::memory_order_seq_cst);
+    g_rings_created.fetch_add(1, std::memory_order_seq_cst);
     new (ring) ThreadRing();
     ring->thread_index = thread_index;
     LockGuard guard(g_registry_lock);
@@ -110,7 +110,7 @@ void append(ThreadRing& ring, Slot& slot) {
         wait_for_room(ring, 1);
     }
     Slot& dst = ring.slots[claim_slot(ring) % kRingSlots];
-    slot.ts = g_several_threads.load(std::memory_order_acquire) ? now_ticks() : now_ticks_unordered();
+    slot.ts = several_threads() ? now_ticks() : now_ticks_unordered();
     dst = slot;
     if (outer) {
         ring.head.store(ring.local_head, std::memory_order_release);
@@ -217,7 +217,6 @@ void reset_rings_after_fork() {
     g_rings = nullptr;
     g_free_rings = nullptr;
     g_rings_created.store(0, std::memory_order_relaxed);  // this thread alone
-    g_several_threads.store(false, std::memory_order_relaxed);
     g_shared_ring = nullptr;
     t_state.ring = nullptr;
     t_state.retired = false;
