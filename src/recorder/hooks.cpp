@@ -186,17 +186,28 @@ uint32_t stack_now() {
     return stack;
 }
 
+void fill_alloc(Slot& s, AllocFn fn, uint64_t addr, size_t size) {
+    s = Slot{};
+    s.kind = SlotKind::Alloc;
+    s.fn = static_cast<uint8_t>(fn);
+    s.addr = addr;
+    s.size = size;
+}
+
 void record_alloc_unsampled(AllocFn fn, const void* p, size_t size, uint64_t caller) {
-    Slot slot{};
-    slot.kind = SlotKind::Alloc;
-    slot.fn = static_cast<uint8_t>(fn);
-    slot.addr = reinterpret_cast<uint64_t>(p);
-    slot.size = size;
-    if (thread_state().capturing)
-        set_deferred_caller(slot, caller);
-    else
-        slot.stack = stack_now();
-    emit(slot);
+    auto addr = reinterpret_cast<uint64_t>(p);
+    if (thread_state().capturing) {
+        emit_with([&](Slot& s) {
+            fill_alloc(s, fn, addr, size);
+            set_deferred_caller(s, caller);
+        });
+        return;
+    }
+    uint32_t stack = stack_now();
+    emit_with([&](Slot& s) {
+        fill_alloc(s, fn, addr, size);
+        s.stack = stack;
+    });
 }
 
 // Records an allocation (when sampling: if it is sampled).
@@ -208,10 +219,12 @@ void record_alloc(AllocFn fn, const void* p, size_t size, uint64_t caller) {
 // Records a free (when sampling: if its block was sampled); true if it did.
 bool record_free(const void* p) {
     if (sampling() && !release_sampled(reinterpret_cast<uint64_t>(p))) return false;
-    Slot slot{};
-    slot.kind = SlotKind::Free;
-    slot.addr = reinterpret_cast<uint64_t>(p);
-    emit(slot);
+    auto addr = reinterpret_cast<uint64_t>(p);
+    emit_with([&](Slot& s) {
+        s = Slot{};
+        s.kind = SlotKind::Free;
+        s.addr = addr;
+    });
     return true;
 }
 

@@ -67,9 +67,12 @@ ThreadRing* new_ring(uint32_t thread_index) {
     return ring;
 }
 
-void wait_for_room(ThreadRing& ring, uint64_t needed) {
-    for (unsigned spins = 0; ring.local_head + needed - ring.tail.load(std::memory_order_acquire) > kRingSlots;
-         ++spins) {
+bool full(const ThreadRing& ring, uint64_t needed) {
+    return ring.local_head + needed - ring.tail.load(std::memory_order_acquire) > kRingSlots;
+}
+
+__attribute__((noinline)) void wait_for_room(ThreadRing& ring, uint64_t needed) {
+    for (unsigned spins = 0; full(ring, needed); ++spins) {
         if (!writer_running()) {
             writer_drain_inline();
             continue;
@@ -88,39 +91,21 @@ void wait_for_room(ThreadRing& ring, uint64_t needed) {
 // appends on this thread lands before or after it, never between a read
 // and a write of local_head (which would give both events one slot). No
 // lock prefix: only this thread writes local_head.
+constexpr uint64_t kPrefetchSlots = 32;
+
 uint64_t claim_slot(ThreadRing& ring) {
     uint64_t index = 1;
     asm volatile("xaddq %0, %1" : "+r"(index), "+m"(ring.local_head) : : "memory");
     return index;
 }
 
-void append(ThreadRing& ring, Slot& slot) {
-    bool outer = ring.depth++ == 0;
-    if (outer) {
-        wait_for_room(ring, kNestedReserve);
-        if (g_asymmetric_fence) {
-            ring.in_flight.store(1, std::memory_order_relaxed);
-            std::atomic_signal_fence(std::memory_order_seq_cst);  // the store stays before the clock read
-        } else {
-            ring.in_flight.exchange(1, std::memory_order_seq_cst);
-        }
-    } else {
-        // A signal handler inside a hook: the writer can still drain every
-        // published slot, which is all but the interrupted ones.
-        wait_for_room(ring, 1);
-    }
-    Slot& dst = ring.slots[claim_slot(ring) % kRingSlots];
-    slot.ts = several_threads() ? now_ticks() : now_ticks_unordered();
+void append(ThreadRing& ring, const Slot& slot) {
+    Slot& dst = begin_append(ring);
     dst = slot;
-    if (outer) {
-        ring.head.store(ring.local_head, std::memory_order_release);
-        ring.in_flight.store(0, std::memory_order_release);
-        if (ring.local_head - ring.tail.load(std::memory_order_relaxed) > kRingSlots / 2) writer_wake();
-    }
-    ring.depth--;
+    end_append(ring, dst);
 }
 
-bool emit_shared(Slot& slot) {
+bool emit_shared(const Slot& slot) {
     long self = gettid();
     bool nested = g_shared_owner.load(std::memory_order_relaxed) == self;
     if (!nested) {
@@ -149,8 +134,39 @@ uint32_t current_thread_index() {
     return t_state.thread_index;
 }
 
-bool emit(Slot slot) {
+Slot& begin_append(ThreadRing& ring) {
+    bool outer = ring.depth++ == 0;
+    if (outer) {
+        if (full(ring, kNestedReserve)) wait_for_room(ring, kNestedReserve);
+        if (g_asymmetric_fence) {
+            ring.in_flight.store(1, std::memory_order_relaxed);
+            std::atomic_signal_fence(std::memory_order_seq_cst);  // the store stays before the clock read
+        } else {
+            ring.in_flight.exchange(1, std::memory_order_seq_cst);
+        }
+    } else {
+        // A signal handler inside a hook: the writer can still drain every
+        // published slot, which is all but the interrupted ones.
+        if (full(ring, 1)) wait_for_room(ring, 1);
+    }
+    uint64_t index = claim_slot(ring);
+    __builtin_prefetch(&ring.slots[(index + kPrefetchSlots) % kRingSlots], 1);
+    return ring.slots[index % kRingSlots];
+}
+
+void end_append(ThreadRing& ring, Slot& slot) {
+    slot.ts = several_threads() ? now_ticks() : now_ticks_unordered();
+    if (ring.depth == 1) {
+        ring.head.store(ring.local_head, std::memory_order_release);
+        ring.in_flight.store(0, std::memory_order_release);
+        if (ring.local_head - ring.tail.load(std::memory_order_relaxed) > kRingSlots / 2) writer_wake();
+    }
+    ring.depth--;
+}
+
+bool emit_slow(const Slot& event) {
     if (!recorder_active()) return false;
+    Slot slot = event;
     slot.thread = current_thread_index();
     if (t_state.retired) return emit_shared(slot);
     if (!t_state.ring) {
