@@ -144,8 +144,16 @@ bool should_record() {
     return (t.internal == 0 || t.capturing) && recorder_active();
 }
 
-// The hooked function's return address: the program code that called it.
-#define HEAPSNAP_CALLER reinterpret_cast<uint64_t>(__builtin_return_address(0))
+// Where a hook was called from: the return address into the program,
+// and the hook's own frame, where the stack walk starts (the recorder
+// keeps frame pointers), so the recorder's frames below the hook are
+// never walked.
+struct Caller {
+    uint64_t ip;
+    const void* frame;
+};
+#define HEAPSNAP_CALLER \
+    Caller { reinterpret_cast<uint64_t>(__builtin_return_address(0)), __builtin_frame_address(0) }
 
 extern "C" void* __libc_stack_end;  // the main thread's stack top (ld.so)
 
@@ -161,17 +169,19 @@ uint32_t intern_program_frames(uint64_t* ips, int n) {
     return intern_stack(ips, n < static_cast<int>(config().depth) ? static_cast<uint32_t>(n) : config().depth);
 }
 
-uint32_t capture_stack() {
+// `hook_frame`: the frame of the hook that was called from the program
+// (null: start from here and leave the recorder's frames out on the way).
+uint32_t capture_stack(const void* hook_frame) {
     uint64_t ips[kMaxDepth + 8];
     int max = static_cast<int>(config().depth) + 8;
     uint64_t top = config().unwind == hslog::UnwindMode::FramePointer ? stack_top() : 0;
     if (top) return intern_program_frames(ips, walk_frame_pointers(ips, max, top));
-    return unwind_stack_key(ips, max, intern_program_frames);
+    return unwind_stack_key(ips, max, intern_program_frames, hook_frame);
 }
 
 // Stack id 0 ("no stack") for an mmap from a signal handler that
 // interrupted a capture: the slot has no room for its caller.
-uint32_t stack_now() {
+uint32_t stack_now(const void* hook_frame) {
     ThreadState& t = thread_state();
     if (t.capturing) return 0;
     // capturing covers internal on both sides: a signal handler never finds
@@ -179,7 +189,7 @@ uint32_t stack_now() {
     t.capturing = true;
     std::atomic_signal_fence(std::memory_order_seq_cst);
     t.internal++;
-    uint32_t stack = capture_stack();
+    uint32_t stack = capture_stack(hook_frame);
     t.internal--;
     std::atomic_signal_fence(std::memory_order_seq_cst);
     t.capturing = false;
@@ -194,16 +204,16 @@ void fill_alloc(Slot& s, AllocFn fn, uint64_t addr, size_t size) {
     s.size = size;
 }
 
-void record_alloc_unsampled(AllocFn fn, const void* p, size_t size, uint64_t caller) {
+void record_alloc_unsampled(AllocFn fn, const void* p, size_t size, Caller caller) {
     auto addr = reinterpret_cast<uint64_t>(p);
     if (thread_state().capturing) {
         emit_with([&](Slot& s) {
             fill_alloc(s, fn, addr, size);
-            set_deferred_caller(s, caller);
+            set_deferred_caller(s, caller.ip);
         });
         return;
     }
-    uint32_t stack = stack_now();
+    uint32_t stack = stack_now(caller.frame);
     emit_with([&](Slot& s) {
         fill_alloc(s, fn, addr, size);
         s.stack = stack;
@@ -211,7 +221,7 @@ void record_alloc_unsampled(AllocFn fn, const void* p, size_t size, uint64_t cal
 }
 
 // Records an allocation (when sampling: if it is sampled).
-void record_alloc(AllocFn fn, const void* p, size_t size, uint64_t caller) {
+void record_alloc(AllocFn fn, const void* p, size_t size, Caller caller) {
     if (sampling() && !sample_allocation(reinterpret_cast<uint64_t>(p), size)) return;
     record_alloc_unsampled(fn, p, size, caller);
 }
@@ -235,7 +245,7 @@ void record_mmap(const void* p, size_t length, int prot, int flags) {
     slot.size = length;
     slot.fn = static_cast<uint8_t>(prot);
     slot.aux = static_cast<uint32_t>(flags);
-    slot.stack = stack_now();
+    slot.stack = stack_now(nullptr);
     emit(slot);
 }
 
@@ -332,7 +342,7 @@ namespace {
 
 // realloc and reallocarray share this: the old block is released (recorded
 // first), the new one acquired. realloc(p, 0) frees p and returns NULL.
-void* reallocate(AllocFn fn, void* old, size_t size, uint64_t caller) {
+void* reallocate(AllocFn fn, void* old, size_t size, Caller caller) {
     if (is_bootstrap(old)) {
         void* fresh = malloc(size);
         if (fresh) {

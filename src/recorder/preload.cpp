@@ -30,6 +30,7 @@
 #include "recorder/sampler.h"
 #include "recorder/stack_table.h"
 #include "recorder/thread_buffer.h"
+#include "recorder/unwind.h"
 #include "recorder/writer.h"
 
 #define HEAPSNAP_EXPORT extern "C" __attribute__((visibility("default")))
@@ -115,6 +116,7 @@ void on_thread_exit(void*) {
     slot.kind = SlotKind::ThreadExit;
     emit(slot);
     retire_current_thread();
+    release_stack_cache();
     if (live_thread_count() == 0) writer_pause();
 }
 
@@ -139,6 +141,7 @@ void after_fork_child() {
     sampler_after_fork_child();
     metadata_lock().reset();
     reset_rings_after_fork();
+    reset_stack_caches_after_fork();
     writer_forget_after_fork();
     metadata_clear();
     int state = g_state.load();

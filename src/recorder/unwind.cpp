@@ -81,6 +81,22 @@ bool link_holds(const CachedFrame& callee, const CachedFrame& caller) {
            (!r.bp_at || load(r.bp_at) == caller.frame.bp);
 }
 
+// link_holds of a frame and its caller, as the words to re-read and what
+// they must hold. ra_at 0: the link has a CFA word too (a realigned
+// frame, rare), check it with link_holds.
+struct LinkCheck {
+    uint64_t ra_at;
+    uint64_t ra;
+    uint64_t bp_at;  // 0: the caller's rbp was not read
+    uint64_t bp;
+};
+
+LinkCheck check_of(const CachedFrame& callee, const CachedFrame& caller) {
+    const Reads& r = callee.reads;
+    if (r.cfa_at) return LinkCheck{0, 0, 0, 0};
+    return LinkCheck{r.ra_at, caller.frame.ip, r.bp_at, caller.frame.bp};
+}
+
 // Rules this cache looked up lately, by address: the few call sites a
 // thread allocates from (the recorder's own frames among them) stay on
 // lines the walk touches anyway instead of the shared table's.
@@ -109,48 +125,99 @@ struct StackCache {
     uint32_t last_key;  // key() of the last stack; 0: unknown
     CachedFrame frames[kMaxFrames];
     uint64_t sps[kMaxFrames];       // frames[i].frame.sp, densely, for the search by sp
+    // What the reuse of a stack reads, densely, for the ~12 frames reused
+    // on every allocation of an interpreter:
+    LinkCheck checks[kMaxFrames];   // [i]: link_holds(frames[i], frames[i - 1]), i >= 1
+    uint64_t rips[kMaxFrames];      // frames[i].frame.ip at kMaxFrames - 1 - i: a run of
+                                    // frames innermost first is one memcpy
+    uint16_t owns[kMaxFrames];      // own frames in frames[0..i]
     CachedFrame fresh[kMaxFrames];  // the new stack above its kept part, innermost first
     NearRule near[1u << kNearBits];
     Memo memos[1u << kMemoBits];
 };
 
-struct alignas(64) PoolSlot {  // one per cache line: threads take slots on every stack
+// A slot is either shared, borrowed for one walk with an atomic exchange
+// of `busy`, or owned by one thread, which keeps `busy` set for as long as
+// it lives and borrows with plain stores to `owner_walking`: a locked
+// instruction per allocation waits for every store before it (the ring
+// slot just written, often a cache miss) and cost about 5% of python3's
+// time. Only the owner and its signal handlers touch owner_walking; a
+// handler that finds it set borrows a shared slot instead.
+struct alignas(64) PoolSlot {
     std::atomic<bool> busy;
+    bool owner_walking;
     std::atomic<StackCache*> cache;
 };
 
-constexpr uint32_t kPoolSlots = 64;
+constexpr uint32_t kPoolSlots = 128;
 PoolSlot g_pool[kPoolSlots];
 std::atomic<uint32_t> g_next_slot{0};
-__thread uint32_t t_slot;  // 1 + the pool slot this thread tries first; 0: none yet
+__thread uint32_t t_slot;   // 1 + the pool slot this thread tries first; 0: none yet
+__thread uint32_t t_owned;  // 1 + the pool slot this thread owns; 0: none
+__thread bool t_released;   // past release_stack_cache: owns nothing any more
 
-// Borrows a cache for one walk: the thread's usual one, or a free one near
-// it. Null when all tried are busy or there is no memory: the walk then
+struct Borrowed {
+    StackCache* cache;  // null: walk without one
+    uint32_t slot;
+    bool owned;
+};
+
+StackCache* cache_of(PoolSlot& s) {
+    StackCache* c = s.cache.load(std::memory_order_relaxed);
+    if (!c) {
+        c = static_cast<StackCache*>(raw_map(sizeof(StackCache)));
+        s.cache.store(c, std::memory_order_relaxed);
+    }
+    return c;
+}
+
+// Borrows a cache for one walk: the one the thread owns, or else a free
+// one near its usual slot, which it then owns unless it is past its exit
+// hook (it would never give it back).
+// Null cache when all tried are busy or there is no memory: the walk then
 // looks every rule up. Any thread may use any cache: what it holds is
 // checked against memory before use, never trusted.
-StackCache* borrow(uint32_t* slot) {
+Borrowed borrow() {
+    if (t_owned) {
+        PoolSlot& s = g_pool[t_owned - 1];
+        if (!s.owner_walking) {
+            s.owner_walking = true;
+            std::atomic_signal_fence(std::memory_order_seq_cst);
+            return Borrowed{s.cache.load(std::memory_order_relaxed), t_owned - 1, true};
+        }
+    }
     if (!t_slot) t_slot = 1 + g_next_slot.fetch_add(1, std::memory_order_relaxed) % kPoolSlots;
+    const bool may_own = !t_owned && !t_released;
     for (uint32_t tries = 0; tries < 4; ++tries) {
         uint32_t i = (t_slot - 1 + tries) % kPoolSlots;
         PoolSlot& s = g_pool[i];
         if (s.busy.load(std::memory_order_relaxed) || s.busy.exchange(true, std::memory_order_acquire)) continue;
-        StackCache* c = s.cache.load(std::memory_order_relaxed);
-        if (!c) {
-            c = static_cast<StackCache*>(raw_map(sizeof(StackCache)));
-            s.cache.store(c, std::memory_order_relaxed);
-        }
+        StackCache* c = cache_of(s);
         if (!c) {
             s.busy.store(false, std::memory_order_release);
-            return nullptr;
+            return Borrowed{nullptr, 0, false};
         }
         t_slot = i + 1;
-        *slot = i;
-        return c;
+        if (may_own) {
+            s.owner_walking = true;
+            std::atomic_signal_fence(std::memory_order_seq_cst);
+            t_owned = i + 1;
+            return Borrowed{c, i, true};
+        }
+        return Borrowed{c, i, false};
     }
-    return nullptr;
+    return Borrowed{nullptr, 0, false};
 }
 
-void give_back(uint32_t slot) { g_pool[slot].busy.store(false, std::memory_order_release); }
+void give_back(const Borrowed& b) {
+    if (!b.cache) return;
+    if (b.owned) {
+        std::atomic_signal_fence(std::memory_order_seq_cst);
+        g_pool[b.slot].owner_walking = false;
+    } else {
+        g_pool[b.slot].busy.store(false, std::memory_order_release);
+    }
+}
 
 uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x9e3779b97f4a7c15ull; }
 
@@ -238,19 +305,30 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c) {
     int nf = 0;     // fresh frames
     int kept = -1;  // last[0..kept] stays: the new stack's outer part
     int j = last_count - 1;  // the last stack's frame at or above f.sp
-    auto report = [&](const Frame& frame, bool is_own) {
-        ++walked;
-        if (!is_own) ips[n++] = frame.ip;
-    };
     while (walked < max) {
         while (j >= 0 && c->sps[j] < f.sp) --j;
         if (j >= 0 && c->sps[j] == f.sp && same_frame(last[j].frame, f)) {
+            // last[j] and its callers down to last[t] are reused: as many
+            // as hold and the depth limit allows.
+            int lo = j + 1 - (max - walked);
+            if (lo < 0) lo = 0;
             int t = j;
-            report(last[t].frame, last[t].own);
-            while (walked < max && t > 0 && link_holds(last[t], last[t - 1])) {
-                --t;
-                report(last[t].frame, last[t].own);
+            for (; t > lo; --t) {
+                const LinkCheck& k = c->checks[t];
+                if (__builtin_expect(!k.ra_at, 0)) {
+                    if (!link_holds(last[t], last[t - 1])) break;
+                } else if (load(k.ra_at) != k.ra || (k.bp_at && load(k.bp_at) != k.bp)) {
+                    break;
+                }
             }
+            if (c->owns[j] == (t ? c->owns[t - 1] : 0)) {
+                memcpy(ips + n, &c->rips[kMaxFrames - 1 - j], sizeof(uint64_t) * static_cast<size_t>(j - t + 1));
+                n += j - t + 1;
+            } else {
+                for (int i = j; i >= t; --i)
+                    if (!last[i].own) ips[n++] = last[i].frame.ip;
+            }
+            walked += j - t + 1;
             if (t == 0 && last[0].rule.kind == FrameRule::Outermost) {
                 kept = j;
                 break;
@@ -269,10 +347,22 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c) {
         const FrameRule& rule = rule_for(c, f.ip - 1);
         if (rule.kind == FrameRule::Unsupported) return Walked{libunwind_stack(ips, max, own), false, false, 0};
         bool is_own = own.holds(f.ip);
-        report(f, is_own);
-        Reads reads{};
-        Frame caller = rule.kind == FrameRule::Step ? step(rule, f, reads) : f;
-        if (fresh) fresh[nf++] = CachedFrame{f, reads, rule, is_own, 0};
+        ++walked;
+        if (!is_own) ips[n++] = f.ip;
+        Frame caller = f;
+        if (fresh) {
+            CachedFrame& into = fresh[nf++];
+            into.frame = f;
+            into.rule = rule;
+            into.own = is_own;
+            if (rule.kind == FrameRule::Step)
+                caller = step(rule, f, into.reads);
+            else
+                into.reads = Reads{};
+        } else if (rule.kind == FrameRule::Step) {
+            Reads reads;
+            caller = step(rule, f, reads);
+        }
         if (rule.kind == FrameRule::Outermost) break;
         f = caller;
         if (f.ip < 0x4000) break;
@@ -292,6 +382,9 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c) {
         last[at] = frame;
         last[at].hash = frame.own ? below : mix(below, frame.frame.ip);
         c->sps[at] = frame.frame.sp;
+        c->rips[kMaxFrames - 1 - at] = frame.frame.ip;
+        c->owns[at] = static_cast<uint16_t>((at ? c->owns[at - 1] : 0) + frame.own);
+        if (at) c->checks[at] = check_of(frame, last[at - 1]);
     }
     bool unchanged = same && kept + 1 + nf == last_count;
     c->count = kept + 1 + nf;
@@ -321,25 +414,22 @@ __attribute__((noinline)) int walk_frame_pointers(uint64_t* ips, int max, uint64
 }
 
 __attribute__((noinline)) int unwind_stack(uint64_t* ips, int max) {
-    uint32_t slot;
-    StackCache* c = borrow(&slot);
-    Walked w = walk(caller_of(static_cast<const uint64_t*>(__builtin_frame_address(0))), ips, max, c);
-    if (c) {
-        c->last_key = 0;  // the cache may hold another stack now
-        give_back(slot);
-    }
+    Borrowed b = borrow();
+    Walked w = walk(caller_of(static_cast<const uint64_t*>(__builtin_frame_address(0))), ips, max, b.cache);
+    if (b.cache) b.cache->last_key = 0;  // the cache may hold another stack now
+    give_back(b);
     return w.count;
 }
 
-__attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, uint32_t (*key)(uint64_t*, int)) {
-    uint32_t slot;
-    StackCache* c = borrow(&slot);
-    Walked w = walk(caller_of(static_cast<const uint64_t*>(__builtin_frame_address(0))), ips, max, c);
+__attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, uint32_t (*key)(uint64_t*, int),
+                                                    const void* from) {
+    Borrowed b = borrow();
+    StackCache* c = b.cache;
+    if (!from) from = __builtin_frame_address(0);
+    Walked w = walk(caller_of(static_cast<const uint64_t*>(from)), ips, max, c);
     if (!w.cached || w.count > kMemoFrames) {
-        if (c) {
-            c->last_key = 0;
-            give_back(slot);
-        }
+        if (c) c->last_key = 0;
+        give_back(b);
         return key(ips, w.count);
     }
     if (c->max != max) {  // the key depends on it
@@ -351,7 +441,7 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, uint
     // without hashing or comparing ips.
     if (w.unchanged && c->last_key) {
         uint32_t k = c->last_key;
-        give_back(slot);
+        give_back(b);
         return k;
     }
     Memo& m = c->memos[w.hash >> (64 - kMemoBits)];
@@ -364,8 +454,26 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, uint
     }
     uint32_t k = m.key;
     c->last_key = k;
-    give_back(slot);
+    give_back(b);
     return k;
+}
+
+void release_stack_cache() {
+    t_released = true;
+    if (!t_owned) return;
+    PoolSlot& s = g_pool[t_owned - 1];
+    t_owned = 0;
+    s.owner_walking = false;
+    s.busy.store(false, std::memory_order_release);
+}
+
+void reset_stack_caches_after_fork() {
+    // Slots held by threads that do not exist here would stay taken.
+    for (uint32_t i = 0; i < kPoolSlots; ++i) {
+        if (i + 1 == t_owned) continue;
+        g_pool[i].owner_walking = false;
+        g_pool[i].busy.store(false, std::memory_order_relaxed);
+    }
 }
 
 }  // namespace heapsnap::recorder

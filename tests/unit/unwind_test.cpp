@@ -88,7 +88,7 @@ Tally g_key_tally;
 
 __attribute__((noinline)) void compare_key() {
     uint64_t ips[kMax];
-    uint32_t key = unwind_stack_key(ips, kMax, intern);
+    uint32_t key = unwind_stack_key(ips, kMax, intern, nullptr);
     std::vector<uint64_t> theirs = libunwind_stack();
     std::vector<uint64_t> expected(theirs.begin() + 1, theirs.end());
     ++g_key_tally.checks;
