@@ -10,12 +10,14 @@
 // recorder (tests/meson.build).
 #include <alloca.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <doctest/doctest.h>
 #include <libunwind.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -95,6 +97,17 @@ __attribute__((noinline)) void compare_key() {
     if (key == 0 || key > g_keyed.size() || g_keyed[key - 1] != expected) ++g_key_tally.mismatches;
 }
 
+// As a hook calls it: the walk starts with the caller of the frame passed.
+__attribute__((noinline)) void compare_key_from_frame() {
+    uint64_t ips[kMax];
+    uint32_t key = unwind_stack_key(ips, kMax, intern, __builtin_frame_address(0));
+    std::vector<uint64_t> theirs = libunwind_stack();
+    // intern leaves out ips[0], here the return address into at_leaf.
+    std::vector<uint64_t> expected(theirs.begin() + 2, theirs.end());
+    ++g_key_tally.checks;
+    if (key == 0 || key > g_keyed.size() || g_keyed[key - 1] != expected) ++g_key_tally.mismatches;
+}
+
 // ---- shapes -------------------------------------------------------------------------
 
 // What a leaf does: compare, compare keys, or only unwind (while signals
@@ -113,7 +126,12 @@ void at_leaf() {
     for (int i = 0; i < repeat; ++i) {
         switch (g_leaf) {
             case Leaf::Compare: compare_here(g_tally); break;
-            case Leaf::CompareKeys: compare_key(); break;
+            case Leaf::CompareKeys:
+                if (next_random() % 2)
+                    compare_key();
+                else
+                    compare_key_from_frame();
+                break;
             case Leaf::Unwind: unwind_only(); break;
         }
     }
@@ -249,4 +267,52 @@ TEST_CASE("unwind_stack_key returns the key of exactly the stack unwound, callin
     // often than once per stack, but at least once per distinct stack.
     CHECK(g_key_calls >= static_cast<long>(g_keyed.size()));
     CHECK(g_key_calls < g_key_tally.checks);
+}
+
+namespace {
+
+// Threads hold their stack caches while they live: more live threads than
+// the pool has caches (128) must still get exact stacks, and the caches of
+// exited threads must come back.
+struct ThreadTallies {
+    std::atomic<long> checks{0};
+    std::atomic<long> mismatches{0};
+    pthread_barrier_t all_started;
+};
+
+__attribute__((noinline)) void thread_recurse(int depth, Tally& tally) {
+    if (depth > 0) {
+        thread_recurse(depth - 1, tally);
+        g_sink = depth;
+        return;
+    }
+    compare_here(tally);
+}
+
+void* thread_body(void* arg) {
+    auto* tallies = static_cast<ThreadTallies*>(arg);
+    Tally tally;
+    thread_recurse(3, tally);  // a first walk: the thread takes a cache
+    pthread_barrier_wait(&tallies->all_started);
+    for (int i = 0; i < 1000; ++i) thread_recurse(1 + i % 7, tally);
+    tallies->checks += tally.checks;
+    tallies->mismatches += tally.mismatches;
+    heapsnap::recorder::release_stack_cache();  // as the recorder's thread exit hook does
+    return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("unwind_stack on more live threads than there are stack caches, twice over") {
+    constexpr int kThreads = 160;
+    for (int batch = 0; batch < 2; ++batch) {
+        ThreadTallies tallies;
+        pthread_barrier_init(&tallies.all_started, nullptr, kThreads);
+        std::vector<pthread_t> threads(kThreads);
+        for (pthread_t& t : threads) REQUIRE(pthread_create(&t, nullptr, thread_body, &tallies) == 0);
+        for (pthread_t t : threads) pthread_join(t, nullptr);
+        pthread_barrier_destroy(&tallies.all_started);
+        CHECK(tallies.checks == kThreads * 1001);
+        CHECK(tallies.mismatches == 0);
+    }
 }
