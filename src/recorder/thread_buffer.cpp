@@ -30,6 +30,21 @@ std::atomic<uint32_t> g_rings_created{0};
 
 bool several_threads() { return g_rings_created.load(std::memory_order_acquire) > 1; }
 
+// Even: fresh, the writer moves it on within kStampTickNs; odd: stale.
+std::atomic<uint64_t> g_stamp_tick{1};
+
+// The event's stamp: see thread_buffer.h, "One thread".
+uint64_t stamp(ThreadRing& ring, SlotKind kind) {
+    if (several_threads()) return now_ticks();
+    uint64_t tick = g_stamp_tick.load(std::memory_order_relaxed);
+    bool reuse = (kind == SlotKind::Alloc || kind == SlotKind::Free) && !(tick & 1) && tick == ring.stamp_tick;
+    if (!reuse) {
+        ring.stamp = now_ticks_unordered();
+        ring.stamp_tick = tick;
+    }
+    return ring.stamp;
+}
+
 // Registered for membarrier: producers raise in_flight with a plain store
 // (see thread_buffer.h). Set once before the first event.
 bool g_asymmetric_fence = false;
@@ -155,7 +170,7 @@ Slot& begin_append(ThreadRing& ring) {
 }
 
 void end_append(ThreadRing& ring, Slot& slot) {
-    slot.ts = several_threads() ? now_ticks() : now_ticks_unordered();
+    slot.ts = stamp(ring, slot.kind);
     if (ring.depth == 1) {
         ring.head.store(ring.local_head, std::memory_order_release);
         ring.in_flight.store(0, std::memory_order_release);
@@ -204,6 +219,17 @@ void order_after_clock_read() {
     std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
+void stamp_tick_advance() {
+    uint64_t tick = g_stamp_tick.load(std::memory_order_relaxed);
+    g_stamp_tick.store((tick | 1) + 1, std::memory_order_relaxed);
+}
+
+bool stamp_tick_make_stale() {
+    uint64_t tick = g_stamp_tick.load(std::memory_order_relaxed);
+    g_stamp_tick.store(tick | 1, std::memory_order_relaxed);
+    return !(tick & 1);
+}
+
 SpinLock& registry_lock() { return g_registry_lock; }
 ThreadRing* ring_list() { return g_rings; }
 
@@ -233,6 +259,7 @@ void reset_rings_after_fork() {
     g_rings = nullptr;
     g_free_rings = nullptr;
     g_rings_created.store(0, std::memory_order_relaxed);  // this thread alone
+    stamp_tick_make_stale();  // no writer thread here yet
     g_shared_ring = nullptr;
     t_state.ring = nullptr;
     t_state.retired = false;

@@ -115,12 +115,15 @@ void flush_frame() {
         g_frame_used = 0;
         return;
     }
+    // Compressing and writing take milliseconds: no stamp reuse meanwhile.
+    bool fresh = stamp_tick_make_stale();
     size_t n = ZSTD_compress2(g_zstd, g_compressed, g_compressed_capacity, g_frame, g_frame_used);
     if (ZSTD_isError(n)) {
         fail(": compression failed; recording stopped");
     } else if (!write_all(g_compressed, n)) {
         fail(": write failed; recording stopped");
     }
+    if (fresh) stamp_tick_advance();
     g_frame_used = 0;
     g_last_flush_ns = now_ns();
     if (g_frame_max_marker) {
@@ -372,13 +375,14 @@ size_t round_locked() {
     return emitted;
 }
 
-void wait_for_work(int timeout_ms) {
+void wait_for_work(uint64_t timeout_ns) {
     pollfd fds[16];
     nfds_t count = 0;
     fds[count++] = pollfd{g_wake_fd, POLLIN, 0};
     count += static_cast<nfds_t>(control_poll_fds(fds + 1, 15));
     g_sleeping.store(true, std::memory_order_seq_cst);
-    int r = poll(fds, count, timeout_ms);
+    timespec timeout{static_cast<time_t>(timeout_ns / 1'000'000'000), static_cast<long>(timeout_ns % 1'000'000'000)};
+    int r = ppoll(fds, count, &timeout, nullptr);
     g_sleeping.store(false, std::memory_order_relaxed);
     if (r > 0 && (fds[0].revents & POLLIN)) {
         uint64_t value;
@@ -393,8 +397,11 @@ void* writer_main(void*) {
     uint64_t next_interval = 0;
     const uint64_t interval_ns = static_cast<uint64_t>(config().interval_s * 1e9);
     if (interval_ns) next_interval = now_ns() + interval_ns;
+    // The last round emitted events: the writer naps for one stamp tick
+    // only, and the tick is fresh meanwhile (thread_buffer.h, "One thread").
+    bool busy = false;
     while (!g_stop.load(std::memory_order_acquire)) {
-        int timeout = kIdleWaitMs;
+        uint64_t timeout_ns = busy ? kStampTickNs : kIdleWaitMs * 1'000'000ull;
         if (interval_ns) {
             uint64_t now = now_ns();
             if (now >= next_interval) {
@@ -405,14 +412,23 @@ void* writer_main(void*) {
                 next_interval += interval_ns;
                 if (next_interval <= now) next_interval = now + interval_ns;
             }
-            uint64_t until = (next_interval - std::min(next_interval, now_ns())) / 1000000;
-            timeout = static_cast<int>(std::min<uint64_t>(until, kIdleWaitMs));
+            timeout_ns = std::min(timeout_ns, next_interval - std::min(next_interval, now_ns()));
         }
-        wait_for_work(timeout);
+        if (busy) {
+            LockGuard guard(g_writer_lock);
+            stamp_tick_advance();
+        }
+        wait_for_work(timeout_ns);
+        {
+            LockGuard guard(g_writer_lock);
+            stamp_tick_make_stale();  // control requests and markers may take long
+        }
         control_poll();
         {
             LockGuard guard(g_writer_lock);
-            round_locked();
+            stamp_tick_advance();
+            busy = round_locked() > 0;
+            stamp_tick_make_stale();
         }
         control_reply_durable(g_durable_marker.load(std::memory_order_acquire));
     }

@@ -177,6 +177,21 @@ class RunTest(HeapsnapTest):
         self.assertEqual(records[0][1]["depth"], "1")
         self.assertTrue(all(len(f["frames"].split(",")) == 1 for kind, f in records if kind == "stack"))
 
+    def test_event_times_after_idle_gaps(self):
+        # One recording thread may reuse its last clock reading while the
+        # writer's stamp tick is fresh; after a 20 ms sleep it must not.
+        log = self.single_log("idle_gaps")
+        bursts = collections.defaultdict(list)
+        for kind, f in self.dump(log):
+            if kind == "alloc" and 1000 <= int(f["size"]) < 1010:
+                bursts[int(f["size"]) - 1000].append(float(f["t"]))
+        self.assertEqual(sorted(bursts), list(range(10)))
+        self.assertEqual({len(times) for times in bursts.values()}, {2000})
+        for b in range(9):
+            gap = min(bursts[b + 1]) - max(bursts[b])
+            # Event times are exact to 1 ms (formats/hslog.md).
+            self.assertGreaterEqual(gap, 0.019, "burst %d starts %.4f s after burst %d" % (b + 1, gap, b))
+
     def test_interval_markers(self):
         growth = Growth(self, "--interval", "0.05")
         time.sleep(0.5)
