@@ -118,6 +118,25 @@ struct Memo {
 };
 constexpr unsigned kMemoBits = 5;
 
+// The frames walked afresh above the last stack the last time a stack
+// started at `first`, and the key of that whole stack. An interpreter
+// allocates from a few places in turn, each of which rewrites the top of
+// the last stack; a segment lets a place met again skip the steps, the
+// rewrite and the memo: its links are checked, then those of the last
+// stack from `join` down, and if the last stack's frames 0..join are still
+// the ones it joined (their write generation), the stack is the one keyed.
+constexpr int kSegmentFrames = 8;
+constexpr unsigned kSegmentBuckets = 16;
+constexpr unsigned kSegmentWays = 4;  // places called at the same depth share a first frame
+struct Segment {
+    Frame first;
+    uint32_t key;   // 0: empty
+    int count;      // frames, innermost first; frames[count - 1]'s caller is frames[join] of the last stack
+    int join;
+    uint64_t generation;  // prefix_generation[join] of the last stack when keyed
+    CachedFrame frames[kSegmentFrames];
+};
+
 struct StackCache {
     int count;  // frames of the last stack, outermost first, so a new
                 // stack that shares its outer part rewrites only the top
@@ -131,6 +150,10 @@ struct StackCache {
     uint64_t rips[kMaxFrames];      // frames[i].frame.ip at kMaxFrames - 1 - i: a run of
                                     // frames innermost first is one memcpy
     uint16_t owns[kMaxFrames];      // own frames in frames[0..i]
+    uint64_t writes;                          // frames written so far
+    uint64_t prefix_generation[kMaxFrames];  // `writes` when one of frames[0..i] was last written
+    Segment segments[kSegmentBuckets][kSegmentWays];
+    uint32_t next_way;
     CachedFrame fresh[kMaxFrames];  // the new stack above its kept part, innermost first
     NearRule near[1u << kNearBits];
     Memo memos[1u << kMemoBits];
@@ -275,6 +298,8 @@ struct Walked {
     bool cached;     // the stack is now the cache's last one
     bool unchanged;  // ... and it was the last one before, frame for frame
     uint64_t hash;   // of ips, if cached
+    int fresh = 0;   // if cached: frames walked afresh (the cache's fresh[]) above ...
+    int kept = -1;   // ... the last stack's frames 0..kept, reused
 };
 
 // Walks from `f`: at most max frames, our own ones included; the others
@@ -385,10 +410,60 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c) {
         c->rips[kMaxFrames - 1 - at] = frame.frame.ip;
         c->owns[at] = static_cast<uint16_t>((at ? c->owns[at - 1] : 0) + frame.own);
         if (at) c->checks[at] = check_of(frame, last[at - 1]);
+        c->prefix_generation[at] = ++c->writes;
     }
     bool unchanged = same && kept + 1 + nf == last_count;
     c->count = kept + 1 + nf;
-    return Walked{n, true, unchanged, c->count ? last[c->count - 1].hash : 0};
+    return Walked{n, true, unchanged, c->count ? last[c->count - 1].hash : 0, nf, kept};
+}
+
+Segment* segment_bucket(StackCache* c, const Frame& first) {
+    return c->segments[mix(first.ip ^ first.bp, first.sp) >> (64 - 4)];
+}
+static_assert(kSegmentBuckets == 16);
+
+// The key of the stack that starts at `first`, if a segment and the last
+// stack still hold it; 0 otherwise. The stack is then the one keyed: the
+// segment's frames and the last stack's frames 0..join, each link checked
+// against memory, and frames 0..join unchanged in the cache since.
+uint32_t segment_key(StackCache* c, const Frame& first, int max) {
+    Segment* bucket = segment_bucket(c, first);
+    for (unsigned way = 0; way < kSegmentWays; ++way) {
+        const Segment& sg = bucket[way];
+        if (!sg.key || !same_frame(sg.first, first)) continue;
+        int join = sg.join;
+        if (join >= c->count || c->prefix_generation[join] != sg.generation || sg.count + join + 1 > max) continue;
+        bool holds = true;
+        for (int i = 0; holds && i + 1 < sg.count; ++i) holds = link_holds(sg.frames[i], sg.frames[i + 1]);
+        if (!holds || !link_holds(sg.frames[sg.count - 1], c->frames[join])) continue;
+        for (int t = join; t > 0; --t) {
+            const LinkCheck& k = c->checks[t];
+            if (__builtin_expect(!k.ra_at, 0)) {
+                if (!link_holds(c->frames[t], c->frames[t - 1])) return 0;
+            } else if (load(k.ra_at) != k.ra || (k.bp_at && load(k.bp_at) != k.bp)) {
+                return 0;
+            }
+        }
+        return c->frames[0].rule.kind == FrameRule::Outermost ? sg.key : 0;
+    }
+    return 0;
+}
+
+// Remembers the fresh frames of the walk just made, keyed `key`.
+void keep_segment(StackCache* c, const Walked& w, uint32_t key) {
+    if (w.kept < 0 || w.fresh < 1 || w.fresh > kSegmentFrames) return;
+    const Frame& first = c->fresh[0].frame;
+    Segment* bucket = segment_bucket(c, first);
+    Segment* sg = nullptr;
+    for (unsigned way = 0; way < kSegmentWays && !sg; ++way)
+        if (same_frame(bucket[way].first, first)) sg = &bucket[way];  // replaces the one of the same start
+    if (!sg) sg = &bucket[c->next_way++ % kSegmentWays];
+    sg->first = first;
+    sg->count = w.fresh;
+    sg->join = w.kept;
+    sg->generation = c->prefix_generation[w.kept];
+    memcpy(sg->frames, c->fresh, sizeof(CachedFrame) * static_cast<size_t>(w.fresh));
+    sg->key = key;
 }
 
 }  // namespace
@@ -425,17 +500,29 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, uint
                                                     const void* from) {
     Borrowed b = borrow();
     StackCache* c = b.cache;
+    const bool from_hook = from != nullptr;
     if (!from) from = __builtin_frame_address(0);
-    Walked w = walk(caller_of(static_cast<const uint64_t*>(from)), ips, max, c);
+    const Frame first = caller_of(static_cast<const uint64_t*>(from));
+    if (c && c->max != max) {  // the keys depend on it
+        memset(c->memos, 0, sizeof c->memos);
+        for (auto& bucket : c->segments)
+            for (Segment& sg : bucket) sg.key = 0;
+        c->last_key = 0;
+        c->max = max;
+    }
+    // A place allocated from lately, met again: its key without a walk.
+    // (From a hook only: `first` is then the program's frame.)
+    if (c && from_hook) {
+        if (uint32_t k = segment_key(c, first, max)) {
+            give_back(b);  // the last stack and its key stay as they were
+            return k;
+        }
+    }
+    Walked w = walk(first, ips, max, c);
     if (!w.cached || w.count > kMemoFrames) {
         if (c) c->last_key = 0;
         give_back(b);
         return key(ips, w.count);
-    }
-    if (c->max != max) {  // the key depends on it
-        memset(c->memos, 0, sizeof c->memos);
-        c->last_key = 0;
-        c->max = max;
     }
     // The same stack as last time (a loop allocating at one place): its key
     // without hashing or comparing ips.
@@ -454,6 +541,7 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, uint
     }
     uint32_t k = m.key;
     c->last_key = k;
+    if (from_hook) keep_segment(c, w, k);
     give_back(b);
     return k;
 }

@@ -108,6 +108,19 @@ __attribute__((noinline)) void compare_key_from_frame() {
     if (key == 0 || key > g_keyed.size() || g_keyed[key - 1] != expected) ++g_key_tally.mismatches;
 }
 
+// Two more places to allocate from, taken in turn on the same stack, as an
+// interpreter does: the unwinder keeps what it walked above the shared
+// part per place (unwind.cpp, Segment) and must still hand out exact keys.
+__attribute__((noinline)) void key_site_a() {
+    compare_key_from_frame();
+    g_sink = 1;
+}
+
+__attribute__((noinline)) void key_site_b() {
+    key_site_a();
+    g_sink = 2;
+}
+
 // ---- shapes -------------------------------------------------------------------------
 
 // What a leaf does: compare, compare keys, or only unwind (while signals
@@ -122,15 +135,18 @@ __attribute__((noinline)) void unwind_only() {
 
 void at_leaf() {
     // The same stack several times in a row: the cache's fast path.
-    int repeat = 1 + static_cast<int>(next_random() % 3);
+    // Keys: places taken in turn on one stack, so segments are met again.
+    int repeat = 1 + static_cast<int>(next_random() % (g_leaf == Leaf::CompareKeys ? 8 : 3));
     for (int i = 0; i < repeat; ++i) {
         switch (g_leaf) {
             case Leaf::Compare: compare_here(g_tally); break;
             case Leaf::CompareKeys:
-                if (next_random() % 2)
-                    compare_key();
-                else
-                    compare_key_from_frame();
+                switch (next_random() % 4) {
+                    case 0: compare_key(); break;
+                    case 1: compare_key_from_frame(); break;
+                    case 2: key_site_a(); break;
+                    default: key_site_b(); break;
+                }
                 break;
             case Leaf::Unwind: unwind_only(); break;
         }
