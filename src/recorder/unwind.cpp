@@ -75,11 +75,12 @@ struct CachedFrame {
 // The step from `callee` gives `caller` again if the memory it read still
 // holds what it held: the step is a function of the frame, its rule and
 // those words.
-bool link_holds(const CachedFrame& callee, const CachedFrame& caller) {
-    const Reads& r = callee.reads;
-    return (!r.cfa_at || load(r.cfa_at) == caller.frame.sp) && load(r.ra_at) == caller.frame.ip &&
-           (!r.bp_at || load(r.bp_at) == caller.frame.bp);
+bool reads_hold(const Reads& r, const Frame& caller) {
+    return (!r.cfa_at || load(r.cfa_at) == caller.sp) && load(r.ra_at) == caller.ip &&
+           (!r.bp_at || load(r.bp_at) == caller.bp);
 }
+
+bool link_holds(const CachedFrame& callee, const CachedFrame& caller) { return reads_hold(callee.reads, caller.frame); }
 
 // link_holds of a frame and its caller, as the words to re-read and what
 // they must hold. ra_at 0: the link has a CFA word too (a realigned
@@ -126,15 +127,29 @@ constexpr unsigned kMemoBits = 5;
 // stack from `join` down, and if the last stack's frames 0..join are still
 // the ones it joined (their write generation), the stack is the one keyed.
 constexpr int kSegmentFrames = 8;
-constexpr unsigned kSegmentBuckets = 16;
+constexpr int kSegmentOuter = 32;
+constexpr unsigned kSegmentBucketBits = 5;
 constexpr unsigned kSegmentWays = 4;  // places called at the same depth share a first frame
+struct SegmentFrame {
+    Frame frame;
+    Reads reads;  // of the step to its caller
+};
 struct Segment {
-    Frame first;
     uint32_t key;   // 0: empty
     int count;      // frames, innermost first; frames[count - 1]'s caller is frames[join] of the last stack
     int join;
     uint64_t generation;  // prefix_generation[join] of the last stack when keyed
-    CachedFrame frames[kSegmentFrames];
+    Frame join_frame;     // the last stack's frames[join] when keyed: the caller of frames[count - 1]
+    SegmentFrame frames[kSegmentFrames];  // frames[0]: the first frame
+    // The ips of the last stack's frames join..0 when keyed: when those
+    // frames were rewritten since, equal ips still mean the same stack.
+    uint64_t outer_ips[kSegmentOuter];
+};
+// The tags (a hash of the first frame; 0: empty) on one line, so a lookup
+// reads one segment only.
+struct SegmentBucket {
+    uint64_t tags[kSegmentWays];
+    Segment ways[kSegmentWays];
 };
 
 struct StackCache {
@@ -152,7 +167,7 @@ struct StackCache {
     uint16_t owns[kMaxFrames];      // own frames in frames[0..i]
     uint64_t writes;                          // frames written so far
     uint64_t prefix_generation[kMaxFrames];  // `writes` when one of frames[0..i] was last written
-    Segment segments[kSegmentBuckets][kSegmentWays];
+    SegmentBucket segments[1u << kSegmentBucketBits];
     uint32_t next_way;
     CachedFrame fresh[kMaxFrames];  // the new stack above its kept part, innermost first
     NearRule near[1u << kNearBits];
@@ -417,25 +432,35 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c) {
     return Walked{n, true, unchanged, c->count ? last[c->count - 1].hash : 0, nf, kept};
 }
 
-Segment* segment_bucket(StackCache* c, const Frame& first) {
-    return c->segments[mix(first.ip ^ first.bp, first.sp) >> (64 - 4)];
-}
-static_assert(kSegmentBuckets == 16);
+uint64_t segment_tag(const Frame& first) { return mix(first.ip ^ first.bp, first.sp) | 1; }
+
+SegmentBucket& segment_bucket(StackCache* c, uint64_t tag) { return c->segments[tag >> (64 - kSegmentBucketBits)]; }
 
 // The key of the stack that starts at `first`, if a segment and the last
 // stack still hold it; 0 otherwise. The stack is then the one keyed: the
 // segment's frames and the last stack's frames 0..join, each link checked
 // against memory, and frames 0..join unchanged in the cache since.
 uint32_t segment_key(StackCache* c, const Frame& first, int max) {
-    Segment* bucket = segment_bucket(c, first);
+    uint64_t tag = segment_tag(first);
+    SegmentBucket& bucket = segment_bucket(c, tag);
     for (unsigned way = 0; way < kSegmentWays; ++way) {
-        const Segment& sg = bucket[way];
-        if (!sg.key || !same_frame(sg.first, first)) continue;
+        if (bucket.tags[way] != tag) continue;
+        Segment& sg = bucket.ways[way];
+        if (!sg.key || !same_frame(sg.frames[0].frame, first)) continue;
         int join = sg.join;
-        if (join >= c->count || c->prefix_generation[join] != sg.generation || sg.count + join + 1 > max) continue;
+        // The last stack's frame there must be the segment's caller, sp
+        // included: the link check re-reads ip and bp only, the sp follows
+        // from the step (a frame of another stack, say of a thread gone,
+        // can hold the same ip and bp).
+        if (join >= c->count || sg.count + join + 1 > max || !same_frame(c->frames[join].frame, sg.join_frame)) continue;
         bool holds = true;
-        for (int i = 0; holds && i + 1 < sg.count; ++i) holds = link_holds(sg.frames[i], sg.frames[i + 1]);
-        if (!holds || !link_holds(sg.frames[sg.count - 1], c->frames[join])) continue;
+        for (int i = 0; holds && i + 1 < sg.count; ++i) holds = reads_hold(sg.frames[i].reads, sg.frames[i + 1].frame);
+        if (!holds || !reads_hold(sg.frames[sg.count - 1].reads, c->frames[join].frame)) continue;
+        const uint64_t* outer = &c->rips[kMaxFrames - 1 - join];
+        if (c->prefix_generation[join] != sg.generation) {
+            if (memcmp(sg.outer_ips, outer, sizeof(uint64_t) * static_cast<size_t>(join + 1)) != 0) continue;
+            sg.generation = c->prefix_generation[join];  // the same frames, written again
+        }
         for (int t = join; t > 0; --t) {
             const LinkCheck& k = c->checks[t];
             if (__builtin_expect(!k.ra_at, 0)) {
@@ -451,19 +476,28 @@ uint32_t segment_key(StackCache* c, const Frame& first, int max) {
 
 // Remembers the fresh frames of the walk just made, keyed `key`.
 void keep_segment(StackCache* c, const Walked& w, uint32_t key) {
-    if (w.kept < 0 || w.fresh < 1 || w.fresh > kSegmentFrames) return;
+    if (w.kept < 0 || w.kept >= kSegmentOuter || w.fresh < 1 || w.fresh > kSegmentFrames) return;
     const Frame& first = c->fresh[0].frame;
-    Segment* bucket = segment_bucket(c, first);
-    Segment* sg = nullptr;
-    for (unsigned way = 0; way < kSegmentWays && !sg; ++way)
-        if (same_frame(bucket[way].first, first)) sg = &bucket[way];  // replaces the one of the same start
-    if (!sg) sg = &bucket[c->next_way++ % kSegmentWays];
-    sg->first = first;
-    sg->count = w.fresh;
-    sg->join = w.kept;
-    sg->generation = c->prefix_generation[w.kept];
-    memcpy(sg->frames, c->fresh, sizeof(CachedFrame) * static_cast<size_t>(w.fresh));
-    sg->key = key;
+    uint64_t tag = segment_tag(first);
+    SegmentBucket& bucket = segment_bucket(c, tag);
+    // The one of the same first two frames is replaced; places called from
+    // one function at the same depth share the first and keep a way each.
+    auto same_start = [&](const Segment& sg) {
+        return same_frame(sg.frames[0].frame, first) &&
+               (w.fresh > 1 ? sg.count > 1 && same_frame(sg.frames[1].frame, c->fresh[1].frame) : sg.count == 1);
+    };
+    unsigned way = 0;
+    while (way < kSegmentWays && !(bucket.tags[way] == tag && same_start(bucket.ways[way]))) ++way;
+    if (way == kSegmentWays) way = c->next_way++ % kSegmentWays;
+    Segment& sg = bucket.ways[way];
+    bucket.tags[way] = tag;
+    sg.count = w.fresh;
+    sg.join = w.kept;
+    sg.generation = c->prefix_generation[w.kept];
+    sg.join_frame = c->frames[w.kept].frame;
+    for (int i = 0; i < w.fresh; ++i) sg.frames[i] = SegmentFrame{c->fresh[i].frame, c->fresh[i].reads};
+    memcpy(sg.outer_ips, &c->rips[kMaxFrames - 1 - w.kept], sizeof(uint64_t) * static_cast<size_t>(w.kept + 1));
+    sg.key = key;
 }
 
 }  // namespace
@@ -505,8 +539,8 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, uint
     const Frame first = caller_of(static_cast<const uint64_t*>(from));
     if (c && c->max != max) {  // the keys depend on it
         memset(c->memos, 0, sizeof c->memos);
-        for (auto& bucket : c->segments)
-            for (Segment& sg : bucket) sg.key = 0;
+        for (SegmentBucket& bucket : c->segments)
+            for (uint64_t& tag : bucket.tags) tag = 0;
         c->last_key = 0;
         c->max = max;
     }
