@@ -53,8 +53,8 @@
 // thread or a fork child never use one at the same time. Nothing in them
 // is trusted without the link check, so any thread may take any of them.
 // More than 128 recording threads at once: the rest walk without a cache
-// (slower, same stacks). About 70 KiB each from raw_map, mapped on first
-// use and counted as recorder memory.
+// (slower, same stacks). About 170 KiB each from raw_map, mapped on first
+// use, resident only as far as touched, and counted as recorder memory.
 #pragma once
 
 #include <cstdint>
