@@ -448,11 +448,15 @@ uint32_t segment_key(StackCache* c, const Frame& first, int max) {
         Segment& sg = bucket.ways[way];
         if (!sg.key || !same_frame(sg.frames[0].frame, first)) continue;
         int join = sg.join;
-        // The last stack's frame there must be the segment's caller, sp
-        // included: the link check re-reads ip and bp only, the sp follows
-        // from the step (a frame of another stack, say of a thread gone,
-        // can hold the same ip and bp).
-        if (join >= c->count || sg.count + join + 1 > max || !same_frame(c->frames[join].frame, sg.join_frame)) continue;
+        if (join >= c->count || sg.count + join + 1 > max) continue;
+        // The last stack's frame there must be the segment's caller. The
+        // link check re-reads its ip (and its bp, if the step reads it);
+        // its sp follows from the step, as does its bp when not read, so
+        // those must equal what they were when keyed (a frame of another
+        // stack, say of a thread gone, can hold the same ip and bp).
+        const Frame& at_join = c->frames[join].frame;
+        const SegmentFrame& last_frame = sg.frames[sg.count - 1];
+        if (at_join.sp != sg.join_frame.sp || (!last_frame.reads.bp_at && at_join.bp != sg.join_frame.bp)) continue;
         bool holds = true;
         for (int i = 0; holds && i + 1 < sg.count; ++i) holds = reads_hold(sg.frames[i].reads, sg.frames[i + 1].frame);
         if (!holds || !reads_hold(sg.frames[sg.count - 1].reads, c->frames[join].frame)) continue;

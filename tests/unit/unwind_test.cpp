@@ -296,13 +296,59 @@ struct ThreadTallies {
     pthread_barrier_t all_started;
 };
 
+// Keys from many threads: interned under a lock, checked against
+// libunwind as compare_key_from_frame does. Places taken in turn make the
+// threads meet segments, also in caches that exited threads left behind.
+pthread_mutex_t g_thread_keys_lock = PTHREAD_MUTEX_INITIALIZER;
+std::vector<std::vector<uint64_t>> g_thread_keyed;
+
+uint32_t intern_locked(uint64_t* ips, int n) {
+    std::vector<uint64_t> stack(ips + 1, ips + n);  // without the return address into the place
+    pthread_mutex_lock(&g_thread_keys_lock);
+    uint32_t key = 0;
+    for (size_t i = 0; i < g_thread_keyed.size() && !key; ++i)
+        if (g_thread_keyed[i] == stack) key = static_cast<uint32_t>(i + 1);
+    if (!key) {
+        g_thread_keyed.push_back(stack);
+        key = static_cast<uint32_t>(g_thread_keyed.size());
+    }
+    pthread_mutex_unlock(&g_thread_keys_lock);
+    return key;
+}
+
+__attribute__((noinline)) void thread_key_compare(Tally& tally) {
+    uint64_t ips[kMax];
+    uint32_t key = unwind_stack_key(ips, kMax, intern_locked, __builtin_frame_address(0));
+    std::vector<uint64_t> theirs = libunwind_stack();
+    std::vector<uint64_t> expected(theirs.begin() + 2, theirs.end());
+    pthread_mutex_lock(&g_thread_keys_lock);
+    bool same = key != 0 && key <= g_thread_keyed.size() && g_thread_keyed[key - 1] == expected;
+    pthread_mutex_unlock(&g_thread_keys_lock);
+    ++tally.checks;
+    if (!same) ++tally.mismatches;
+}
+
+__attribute__((noinline)) void thread_place_a(Tally& tally) {
+    thread_key_compare(tally);
+    g_sink = 1;
+}
+
+__attribute__((noinline)) void thread_place_b(Tally& tally) {
+    thread_place_a(tally);
+    g_sink = 2;
+}
+
 __attribute__((noinline)) void thread_recurse(int depth, Tally& tally) {
     if (depth > 0) {
         thread_recurse(depth - 1, tally);
         g_sink = depth;
         return;
     }
-    compare_here(tally);
+    switch (tally.checks % 3) {
+        case 0: compare_here(tally); break;
+        case 1: thread_place_a(tally); break;
+        default: thread_place_b(tally); break;
+    }
 }
 
 void* thread_body(void* arg) {
@@ -319,7 +365,7 @@ void* thread_body(void* arg) {
 
 }  // namespace
 
-TEST_CASE("unwind_stack on more live threads than there are stack caches, twice over") {
+TEST_CASE("unwind_stack and unwind_stack_key on more live threads than there are stack caches, twice over") {
     constexpr int kThreads = 160;
     for (int batch = 0; batch < 2; ++batch) {
         ThreadTallies tallies;
