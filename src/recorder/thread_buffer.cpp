@@ -82,6 +82,10 @@ ThreadRing* new_ring(uint32_t thread_index) {
     return ring;
 }
 
+// How far ahead of the slot being filled the ring's line is fetched for
+// writing.
+constexpr uint64_t kPrefetchSlots = 32;
+
 bool full(const ThreadRing& ring, uint64_t needed) {
     return ring.local_head + needed - ring.tail.load(std::memory_order_acquire) > kRingSlots;
 }
@@ -106,8 +110,6 @@ __attribute__((noinline)) void wait_for_room(ThreadRing& ring, uint64_t needed) 
 // appends on this thread lands before or after it, never between a read
 // and a write of local_head (which would give both events one slot). No
 // lock prefix: only this thread writes local_head.
-constexpr uint64_t kPrefetchSlots = 32;
-
 uint64_t claim_slot(ThreadRing& ring) {
     uint64_t index = 1;
     asm volatile("xaddq %0, %1" : "+r"(index), "+m"(ring.local_head) : : "memory");

@@ -47,12 +47,12 @@
 // every event reads the clock. A reused stamp is earlier than the event by
 // at most the tick period plus the writer's wake-up latency (longer only
 // while the writer thread is kept off every CPU). It is never later and
-// never decreases, so the order argument below holds for it as well. The thread that creates the second
-// ring switches every thread to ordered stamps before its own first stamp,
-// and any event of the first thread that depends on one of the new
-// thread's (it reuses a block the new thread freed, or frees one it
-// allocated) reads the switch after observing that event, so it is
-// stamped in order too. Events of the first thread that depend on none are
+// never decreases, so the order argument below holds for it as well.
+// The thread that creates the second ring switches every thread to
+// ordered stamps before its own first stamp, and any event of the first
+// thread that depends on one of the new thread's (it reuses a block the
+// new thread freed, or frees one it allocated) reads the switch after
+// observing that event, so it is stamped in order too. Events of the first thread that depend on none are
 // concurrent, and any order of them is a true one.
 //
 // A signal handler that allocates while the thread is inside a hook writes

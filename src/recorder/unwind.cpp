@@ -125,7 +125,8 @@ constexpr unsigned kMemoBits = 5;
 // the last stack; a segment lets a place met again skip the steps, the
 // rewrite and the memo: its links are checked, then those of the last
 // stack from `join` down, and if the last stack's frames 0..join are still
-// the ones it joined (their write generation), the stack is the one keyed.
+// the ones it joined (their write generation, or else their ips), the
+// stack is the one keyed.
 constexpr int kSegmentFrames = 8;
 constexpr int kSegmentOuter = 32;
 constexpr unsigned kSegmentBucketBits = 5;
@@ -173,6 +174,22 @@ struct StackCache {
     NearRule near[1u << kNearBits];
     Memo memos[1u << kMemoBits];
 };
+
+// How far the last stack's frames from `top` down still hold: the lowest
+// t >= lo with every link from frames[top] down to frames[t] checked
+// against memory (LinkCheck, or link_holds for a realigned frame).
+int holds_down_to(const StackCache* c, int top, int lo) {
+    int t = top;
+    for (; t > lo; --t) {
+        const LinkCheck& k = c->checks[t];
+        if (__builtin_expect(!k.ra_at, 0)) {
+            if (!link_holds(c->frames[t], c->frames[t - 1])) break;
+        } else if (load(k.ra_at) != k.ra || (k.bp_at && load(k.bp_at) != k.bp)) {
+            break;
+        }
+    }
+    return t;
+}
 
 // A slot is either shared, borrowed for one walk with an atomic exchange
 // of `busy`, or owned by one thread, which keeps `busy` set for as long as
@@ -352,15 +369,7 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c) {
             // as hold and the depth limit allows.
             int lo = j + 1 - (max - walked);
             if (lo < 0) lo = 0;
-            int t = j;
-            for (; t > lo; --t) {
-                const LinkCheck& k = c->checks[t];
-                if (__builtin_expect(!k.ra_at, 0)) {
-                    if (!link_holds(last[t], last[t - 1])) break;
-                } else if (load(k.ra_at) != k.ra || (k.bp_at && load(k.bp_at) != k.bp)) {
-                    break;
-                }
-            }
+            int t = holds_down_to(c, j, lo);
             if (c->owns[j] == (t ? c->owns[t - 1] : 0)) {
                 memcpy(ips + n, &c->rips[kMaxFrames - 1 - j], sizeof(uint64_t) * static_cast<size_t>(j - t + 1));
                 n += j - t + 1;
@@ -459,20 +468,13 @@ uint32_t segment_key(StackCache* c, const Frame& first, int max) {
         if (at_join.sp != sg.join_frame.sp || (!last_frame.reads.bp_at && at_join.bp != sg.join_frame.bp)) continue;
         bool holds = true;
         for (int i = 0; holds && i + 1 < sg.count; ++i) holds = reads_hold(sg.frames[i].reads, sg.frames[i + 1].frame);
-        if (!holds || !reads_hold(sg.frames[sg.count - 1].reads, c->frames[join].frame)) continue;
-        const uint64_t* outer = &c->rips[kMaxFrames - 1 - join];
+        if (!holds || !reads_hold(last_frame.reads, at_join)) continue;
         if (c->prefix_generation[join] != sg.generation) {
+            const uint64_t* outer = &c->rips[kMaxFrames - 1 - join];
             if (memcmp(sg.outer_ips, outer, sizeof(uint64_t) * static_cast<size_t>(join + 1)) != 0) continue;
             sg.generation = c->prefix_generation[join];  // the same frames, written again
         }
-        for (int t = join; t > 0; --t) {
-            const LinkCheck& k = c->checks[t];
-            if (__builtin_expect(!k.ra_at, 0)) {
-                if (!link_holds(c->frames[t], c->frames[t - 1])) return 0;
-            } else if (load(k.ra_at) != k.ra || (k.bp_at && load(k.bp_at) != k.bp)) {
-                return 0;
-            }
-        }
+        if (holds_down_to(c, join, 0) != 0) return 0;
         return c->frames[0].rule.kind == FrameRule::Outermost ? sg.key : 0;
     }
     return 0;
