@@ -3,9 +3,15 @@
 //
 // Metadata is not time-ordered with events: it only has to precede the
 // first event that uses it. Producers append it here under the metadata
-// lock; the writer moves the queue into the stream at the start of each
-// merge round, after it has read the ring heads and before any event of the
-// round, so every stack an emitted event names is already defined.
+// lock; the writer takes the queue at the start of each merge round, after
+// it has read the ring heads and before any event of the round, so every
+// stack an emitted event names is already defined.
+//
+// The writer takes the queued records under the lock but writes them out
+// after releasing it: writing may cut and compress a frame (milliseconds),
+// and a program thread interning a new stack meanwhile would wait for it.
+// So there are two buffers: producers append to one while the writer
+// reads the other.
 //
 // Each record is stored behind a 4-byte length so the writer can cut the
 // queue into zstd frames at record boundaries.
@@ -24,27 +30,32 @@ namespace heapsnap::recorder {
 bool metadata_reserve(size_t max_bytes, codec::Writer* out);
 void metadata_commit(const codec::Writer& record);
 
-// Writer side, under the metadata lock: calls sink(bytes, size) for every
-// queued record in order, then empties the queue.
-template <class Sink>
-void metadata_drain(Sink&& sink);
+// The records queued so far, in order.
+struct MetadataBatch {
+    const uint8_t* bytes;
+    size_t size;
+};
 
-// Implementation details of metadata_drain.
-const uint8_t* metadata_bytes();
-size_t metadata_used();
-void metadata_clear();
+// Writer side, under the metadata lock: takes every queued record; later
+// ones go to the other buffer. The batch stays valid until the next take,
+// so the writer drains it (metadata_drain) before taking again.
+MetadataBatch metadata_take();
 
+// Calls sink(bytes, size) for every record of the batch, in order. Needs
+// no lock.
 template <class Sink>
-void metadata_drain(Sink&& sink) {
-    const uint8_t* p = metadata_bytes();
-    const uint8_t* end = p + metadata_used();
+void metadata_drain(MetadataBatch batch, Sink&& sink) {
+    const uint8_t* p = batch.bytes;
+    const uint8_t* end = p + batch.size;
     while (p < end) {
         uint32_t n;
         __builtin_memcpy(&n, p, 4);
         sink(p + 4, n);
         p += 4 + n;
     }
-    metadata_clear();
 }
+
+// Forgets every queued record (a fork child, which queues all again).
+void metadata_clear();
 
 }  // namespace heapsnap::recorder

@@ -73,7 +73,7 @@ ThreadRing* new_ring(uint32_t thread_index) {
     }
     // Before this ring's first stamp.
     g_rings_created.fetch_add(1, std::memory_order_seq_cst);
-    new (ring) ThreadRing();
+    new (ring) ThreadRing;  // default-initialized: the slots are written before they are read
     ring->thread_index = thread_index;
     LockGuard guard(g_registry_lock);
     ThreadRing** tail = &g_rings;

@@ -174,14 +174,24 @@ int64_t advance_addr(uint64_t addr) {
     return delta;
 }
 
+// Moves the queued metadata into the stream. The lock is held only to take
+// the queue (metadata_queue.h).
+void put_queued_metadata() {
+    MetadataBatch batch;
+    {
+        LockGuard guard(metadata_lock());
+        batch = metadata_take();
+    }
+    metadata_drain(batch, [](const uint8_t* data, size_t size) { put_raw_record(data, size); });
+}
+
 // The one-frame stack of an allocation made by a signal handler during its
 // thread's stack capture (kDeferredStack), interned here and defined in the
 // log before the event that uses it.
 uint32_t intern_deferred(const Slot& s) {
     uint64_t caller = deferred_caller(s);
     uint32_t stack = intern_stack(&caller, 1);
-    LockGuard guard(metadata_lock());
-    metadata_drain([](const uint8_t* data, size_t size) { put_raw_record(data, size); });
+    put_queued_metadata();
     return stack;
 }
 
@@ -337,8 +347,8 @@ size_t round_locked() {
     {
         LockGuard guard(metadata_lock());
         rescan_modules(false);
-        metadata_drain([](const uint8_t* data, size_t size) { put_raw_record(data, size); });
     }
+    put_queued_metadata();
     // A min-heap of the rings that have an event below the watermark.
     Cursor* heap = g_cursors;
     size_t live = 0;
