@@ -82,21 +82,34 @@ bool reads_hold(const Reads& r, const Frame& caller) {
 
 bool link_holds(const CachedFrame& callee, const CachedFrame& caller) { return reads_hold(callee.reads, caller.frame); }
 
-// link_holds of a frame and its caller, as the words to re-read and what
-// they must hold. ra_at 0: the link has a CFA word too (a realigned
-// frame, rare), check it with link_holds.
+// link_holds of a frame and its caller, as two words to re-read and what
+// they must hold, so that a check is two loads and no branch: a link that
+// reads no rbp checks its return address twice, and a link with a CFA word
+// too (a realigned frame, rare) is made to fail here and is checked with
+// link_holds instead.
 struct LinkCheck {
     uint64_t ra_at;
     uint64_t ra;
-    uint64_t bp_at;  // 0: the caller's rbp was not read
+    uint64_t bp_at;
     uint64_t bp;
 };
 
+// A word that never holds what a realigned frame's check expects.
+const uint64_t g_realigned_word = 0;
+
+bool realigned(const LinkCheck& k) { return k.ra_at == reinterpret_cast<uint64_t>(&g_realigned_word); }
+
 LinkCheck check_of(const CachedFrame& callee, const CachedFrame& caller) {
     const Reads& r = callee.reads;
-    if (r.cfa_at) return LinkCheck{0, 0, 0, 0};
+    if (r.cfa_at) {
+        auto never = reinterpret_cast<uint64_t>(&g_realigned_word);
+        return LinkCheck{never, 1, never, 1};
+    }
+    if (!r.bp_at) return LinkCheck{r.ra_at, caller.frame.ip, r.ra_at, caller.frame.ip};
     return LinkCheck{r.ra_at, caller.frame.ip, r.bp_at, caller.frame.bp};
 }
+
+bool check_fails(const LinkCheck& k) { return ((load(k.ra_at) ^ k.ra) | (load(k.bp_at) ^ k.bp)) != 0; }
 
 // Rules this cache looked up lately, by address: the few call sites a
 // thread allocates from (the recorder's own frames among them) stay on
@@ -179,16 +192,15 @@ struct StackCache {
 // t >= lo with every link from frames[top] down to frames[t] checked
 // against memory (LinkCheck, or link_holds for a realigned frame).
 int holds_down_to(const StackCache* c, int top, int lo) {
-    int t = top;
-    for (; t > lo; --t) {
-        const LinkCheck& k = c->checks[t];
-        if (__builtin_expect(!k.ra_at, 0)) {
-            if (!link_holds(c->frames[t], c->frames[t - 1])) break;
-        } else if (load(k.ra_at) != k.ra || (k.bp_at && load(k.bp_at) != k.bp)) {
-            break;
-        }
+    // One link at a time: the words of frames[t - 1]'s link are known to be
+    // this stack's only once frames[t]'s link held (the cache may come from
+    // another thread's stack).
+    for (const LinkCheck* k = &c->checks[top]; k > &c->checks[lo]; --k) {
+        if (!check_fails(*k)) continue;
+        auto t = static_cast<int>(k - c->checks);
+        if (!realigned(*k) || !link_holds(c->frames[t], c->frames[t - 1])) return t;
     }
-    return t;
+    return top > lo ? lo : top;
 }
 
 // A slot is either shared, borrowed for one walk with an atomic exchange
