@@ -171,7 +171,7 @@ uint32_t intern_program_frames(uint64_t* ips, int n) {
 
 // `hook_frame`: the frame of the hook that was called from the program
 // (null: start from here and leave the recorder's frames out on the way).
-uint32_t capture_stack(const void* hook_frame) {
+__attribute__((always_inline)) inline uint32_t capture_stack(const void* hook_frame) {
     uint64_t ips[kMaxDepth + 8];
     int max = static_cast<int>(config().depth) + 8;
     uint64_t top = config().unwind == hslog::UnwindMode::FramePointer ? stack_top() : 0;
@@ -181,7 +181,7 @@ uint32_t capture_stack(const void* hook_frame) {
 
 // Stack id 0 ("no stack") for an mmap from a signal handler that
 // interrupted a capture: the slot has no room for its caller.
-uint32_t stack_now(const void* hook_frame) {
+__attribute__((always_inline)) inline uint32_t stack_now(const void* hook_frame) {
     ThreadState& t = thread_state();
     if (t.capturing) return 0;
     // capturing covers internal on both sides: a signal handler never finds
@@ -204,7 +204,7 @@ void fill_alloc(Slot& s, AllocFn fn, uint64_t addr, size_t size) {
     s.size = size;
 }
 
-void record_alloc_unsampled(AllocFn fn, const void* p, size_t size, Caller caller) {
+__attribute__((always_inline)) inline void record_alloc_unsampled(AllocFn fn, const void* p, size_t size, Caller caller) {
     auto addr = reinterpret_cast<uint64_t>(p);
     if (thread_state().capturing) {
         emit_with([&](Slot& s) {

@@ -14,6 +14,11 @@
 #include "recorder/writer.h"
 
 namespace heapsnap::recorder {
+
+using append_state::g_asymmetric_fence;
+using append_state::g_rings_created;
+using append_state::g_stamp_tick;
+
 namespace {
 
 __thread ThreadState t_state;
@@ -23,31 +28,6 @@ ThreadRing* g_rings = nullptr;      // registered, in registration order
 ThreadRing* g_free_rings = nullptr;  // drained, ready for reuse
 std::atomic<uint32_t> g_next_thread{0};
 std::atomic<uint32_t> g_live_threads{0};
-
-// Rings created so far; from the second one on, stamps are ordered across
-// threads (thread_buffer.h, "One thread").
-std::atomic<uint32_t> g_rings_created{0};
-
-bool several_threads() { return g_rings_created.load(std::memory_order_acquire) > 1; }
-
-// Even: fresh, the writer moves it on within kStampTickNs; odd: stale.
-std::atomic<uint64_t> g_stamp_tick{1};
-
-// The event's stamp: see thread_buffer.h, "One thread".
-uint64_t stamp(ThreadRing& ring, SlotKind kind) {
-    if (several_threads()) return now_ticks();
-    uint64_t tick = g_stamp_tick.load(std::memory_order_relaxed);
-    bool reuse = (kind == SlotKind::Alloc || kind == SlotKind::Free) && !(tick & 1) && tick == ring.stamp_tick;
-    if (!reuse) {
-        ring.stamp = now_ticks_unordered();
-        ring.stamp_tick = tick;
-    }
-    return ring.stamp;
-}
-
-// Registered for membarrier: producers raise in_flight with a plain store
-// (see thread_buffer.h). Set once before the first event.
-bool g_asymmetric_fence = false;
 
 // Events of threads whose own ring was already retired (frees run by TLS
 // destructors after our key destructor) share one ring under a lock.
@@ -82,40 +62,6 @@ ThreadRing* new_ring(uint32_t thread_index) {
     return ring;
 }
 
-// How far ahead of the slot being filled the ring's line is fetched for
-// writing.
-constexpr uint64_t kPrefetchSlots = 32;
-
-bool full(const ThreadRing& ring, uint64_t needed) {
-    return ring.local_head + needed - ring.tail.load(std::memory_order_acquire) > kRingSlots;
-}
-
-__attribute__((noinline)) void wait_for_room(ThreadRing& ring, uint64_t needed) {
-    for (unsigned spins = 0; full(ring, needed); ++spins) {
-        if (!writer_running()) {
-            writer_drain_inline();
-            continue;
-        }
-        writer_wake();
-        if (spins < 64) {
-            sched_yield();
-        } else {
-            timespec pause{0, 50000};
-            nanosleep(&pause, nullptr);
-        }
-    }
-}
-
-// Takes the next slot index in one instruction: a signal handler that
-// appends on this thread lands before or after it, never between a read
-// and a write of local_head (which would give both events one slot). No
-// lock prefix: only this thread writes local_head.
-uint64_t claim_slot(ThreadRing& ring) {
-    uint64_t index = 1;
-    asm volatile("xaddq %0, %1" : "+r"(index), "+m"(ring.local_head) : : "memory");
-    return index;
-}
-
 void append(ThreadRing& ring, const Slot& slot) {
     Slot& dst = begin_append(ring);
     dst = slot;
@@ -141,6 +87,30 @@ bool emit_shared(const Slot& slot) {
 
 }  // namespace
 
+namespace append_state {
+
+std::atomic<uint32_t> g_rings_created{0};
+std::atomic<uint64_t> g_stamp_tick{1};
+bool g_asymmetric_fence = false;
+
+__attribute__((noinline)) void wait_for_room(ThreadRing& ring, uint64_t needed) {
+    for (unsigned spins = 0; ring_full(ring, needed); ++spins) {
+        if (!writer_running()) {
+            writer_drain_inline();
+            continue;
+        }
+        writer_wake();
+        if (spins < 64) {
+            sched_yield();
+        } else {
+            timespec pause{0, 50000};
+            nanosleep(&pause, nullptr);
+        }
+    }
+}
+
+}  // namespace append_state
+
 ThreadState& thread_state() { return t_state; }
 
 uint32_t current_thread_index() {
@@ -149,36 +119,6 @@ uint32_t current_thread_index() {
         t_state.has_index = true;
     }
     return t_state.thread_index;
-}
-
-Slot& begin_append(ThreadRing& ring) {
-    bool outer = ring.depth++ == 0;
-    if (outer) {
-        if (full(ring, kNestedReserve)) wait_for_room(ring, kNestedReserve);
-        if (g_asymmetric_fence) {
-            ring.in_flight.store(1, std::memory_order_relaxed);
-            std::atomic_signal_fence(std::memory_order_seq_cst);  // the store stays before the clock read
-        } else {
-            ring.in_flight.exchange(1, std::memory_order_seq_cst);
-        }
-    } else {
-        // A signal handler inside a hook: the writer can still drain every
-        // published slot, which is all but the interrupted ones.
-        if (full(ring, 1)) wait_for_room(ring, 1);
-    }
-    uint64_t index = claim_slot(ring);
-    __builtin_prefetch(&ring.slots[(index + kPrefetchSlots) % kRingSlots], 1);
-    return ring.slots[index % kRingSlots];
-}
-
-void end_append(ThreadRing& ring, Slot& slot) {
-    slot.ts = stamp(ring, slot.kind);
-    if (ring.depth == 1) {
-        ring.head.store(ring.local_head, std::memory_order_release);
-        ring.in_flight.store(0, std::memory_order_release);
-        if (ring.local_head - ring.tail.load(std::memory_order_relaxed) > kRingSlots / 2) writer_wake();
-    }
-    ring.depth--;
 }
 
 bool emit_slow(const Slot& event) {

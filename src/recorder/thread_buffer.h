@@ -66,8 +66,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "recorder/clock.h"
 #include "recorder/lifecycle.h"
 #include "recorder/spinlock.h"
+#include "recorder/writer.h"
 
 namespace heapsnap::recorder {
 
@@ -146,12 +148,87 @@ struct ThreadState {
 
 ThreadState& thread_state();
 
+// The append path's shared state, defined in thread_buffer.cpp. The path
+// itself is inline: as two calls per event its prologues and epilogues
+// cost a third of it.
+namespace append_state {
+// Rings created so far; from the second one on, stamps are ordered across
+// threads ("One thread" above).
+extern std::atomic<uint32_t> g_rings_created;
+// Even: fresh, the writer moves it on within kStampTickNs; odd: stale.
+extern std::atomic<uint64_t> g_stamp_tick;
+// Registered for membarrier: producers raise in_flight with a plain store.
+// Set once before the first event.
+extern bool g_asymmetric_fence;
+// Waits (never drops) until `needed` slots are free.
+void wait_for_room(ThreadRing& ring, uint64_t needed);
+}  // namespace append_state
+
+// How far ahead of the slot being filled the ring's line is fetched for
+// writing.
+inline constexpr uint64_t kPrefetchSlots = 32;
+
+inline bool several_threads() { return append_state::g_rings_created.load(std::memory_order_acquire) > 1; }
+
+// The event's stamp: see "One thread" above.
+inline uint64_t stamp(ThreadRing& ring, SlotKind kind) {
+    if (several_threads()) return now_ticks();
+    uint64_t tick = append_state::g_stamp_tick.load(std::memory_order_relaxed);
+    bool reuse = (kind == SlotKind::Alloc || kind == SlotKind::Free) && !(tick & 1) && tick == ring.stamp_tick;
+    if (!reuse) {
+        ring.stamp = now_ticks_unordered();
+        ring.stamp_tick = tick;
+    }
+    return ring.stamp;
+}
+
+inline bool ring_full(const ThreadRing& ring, uint64_t needed) {
+    return ring.local_head + needed - ring.tail.load(std::memory_order_acquire) > kRingSlots;
+}
+
+// Takes the next slot index in one instruction: a signal handler that
+// appends on this thread lands before or after it, never between a read
+// and a write of local_head (which would give both events one slot). No
+// lock prefix: only this thread writes local_head.
+inline uint64_t claim_slot(ThreadRing& ring) {
+    uint64_t index = 1;
+    asm volatile("xaddq %0, %1" : "+r"(index), "+m"(ring.local_head) : : "memory");
+    return index;
+}
+
 // The two halves of appending to the calling thread's own ring, between
 // which the caller fills the slot in place: every field but ts and thread.
 // begin_append waits (never drops) while the ring is full; end_append
 // stamps and publishes.
-Slot& begin_append(ThreadRing& ring);
-void end_append(ThreadRing& ring, Slot& slot);
+inline Slot& begin_append(ThreadRing& ring) {
+    bool outer = ring.depth++ == 0;
+    if (outer) {
+        if (ring_full(ring, kNestedReserve)) append_state::wait_for_room(ring, kNestedReserve);
+        if (append_state::g_asymmetric_fence) {
+            ring.in_flight.store(1, std::memory_order_relaxed);
+            std::atomic_signal_fence(std::memory_order_seq_cst);  // the store stays before the clock read
+        } else {
+            ring.in_flight.exchange(1, std::memory_order_seq_cst);
+        }
+    } else {
+        // A signal handler inside a hook: the writer can still drain every
+        // published slot, which is all but the interrupted ones.
+        if (ring_full(ring, 1)) append_state::wait_for_room(ring, 1);
+    }
+    uint64_t index = claim_slot(ring);
+    __builtin_prefetch(&ring.slots[(index + kPrefetchSlots) % kRingSlots], 1);
+    return ring.slots[index % kRingSlots];
+}
+
+inline void end_append(ThreadRing& ring, Slot& slot) {
+    slot.ts = stamp(ring, slot.kind);
+    if (ring.depth == 1) {
+        ring.head.store(ring.local_head, std::memory_order_release);
+        ring.in_flight.store(0, std::memory_order_release);
+        if (ring.local_head - ring.tail.load(std::memory_order_relaxed) > kRingSlots / 2) writer_wake();
+    }
+    ring.depth--;
+}
 // Every other case of emit_with: the thread's first event, a thread whose
 // ring is retired, a recorder not running (false).
 bool emit_slow(const Slot& slot);
