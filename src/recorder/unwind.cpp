@@ -155,6 +155,11 @@ struct Segment {
     uint64_t generation;  // prefix_generation[join] of the last stack when keyed
     Frame join_frame;     // the last stack's frames[join] when keyed: the caller of frames[count - 1]
     SegmentFrame frames[kSegmentFrames];  // frames[0]: the first frame
+    // Bit i: the walk from frames[i] on does not depend on its rbp (its
+    // rule neither uses rbp nor hands it on to a frame that does), so that
+    // rbp is not compared: code that keeps data in rbp calls the same
+    // places with other values in it.
+    uint32_t bp_free;
     // The ips of the last stack's frames join..0 when keyed: when those
     // frames were rewritten since, equal ips still mean the same stack.
     uint64_t outer_ips[kSegmentOuter];
@@ -453,7 +458,42 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c) {
     return Walked{n, true, unchanged, c->count ? last[c->count - 1].hash : 0, nf, kept};
 }
 
-uint64_t segment_tag(const Frame& first) { return mix(first.ip ^ first.bp, first.sp) | 1; }
+// Without rbp, which may be free (Segment::bp_free).
+uint64_t segment_tag(const Frame& first) { return mix(first.ip, first.sp) | 1; }
+
+bool uses_bp(const FrameRule& r) {
+    return r.cfa_base == FrameRule::Rbp || r.ra_base == FrameRule::Rbp || r.rbp_base == FrameRule::Rbp;
+}
+
+// Segment::bp_free of the fresh frames of a walk. Their top frame's rbp,
+// if handed on, reaches the cached stack below, whose checks compare it:
+// never free.
+uint32_t bp_free_mask(const CachedFrame* fresh, int count) {
+    uint32_t mask = 0;
+    bool above_needs = true;  // the caller of frames[i] depends on the rbp it gets
+    for (int i = count - 1; i >= 0; --i) {
+        const FrameRule& r = fresh[i].rule;
+        bool needs = r.kind != FrameRule::Step || uses_bp(r) || (r.rbp_base == FrameRule::Same && above_needs);
+        if (!needs) mask |= 1u << i;
+        above_needs = needs;
+    }
+    return mask;
+}
+
+// `f` is the segment's frames[i], but for an rbp the walk does not depend on.
+bool same_segment_frame(const Segment& sg, int i, const Frame& f) {
+    const Frame& g = sg.frames[i].frame;
+    return g.ip == f.ip && g.sp == f.sp && (g.bp == f.bp || (sg.bp_free >> i & 1));
+}
+
+// reads_hold for a link inside the segment: the rbp it reads is compared
+// only if the walk depends on it.
+bool segment_link_holds(const Segment& sg, int i) {
+    const Reads& r = sg.frames[i].reads;
+    const Frame& caller = sg.frames[i + 1].frame;
+    return (!r.cfa_at || load(r.cfa_at) == caller.sp) && load(r.ra_at) == caller.ip &&
+           (!r.bp_at || (sg.bp_free >> (i + 1) & 1) || load(r.bp_at) == caller.bp);
+}
 
 SegmentBucket& segment_bucket(StackCache* c, uint64_t tag) { return c->segments[tag >> (64 - kSegmentBucketBits)]; }
 
@@ -467,7 +507,7 @@ uint32_t segment_key(StackCache* c, const Frame& first, int max) {
     for (unsigned way = 0; way < kSegmentWays; ++way) {
         if (bucket.tags[way] != tag) continue;
         Segment& sg = bucket.ways[way];
-        if (!sg.key || !same_frame(sg.frames[0].frame, first)) continue;
+        if (!sg.key || !same_segment_frame(sg, 0, first)) continue;
         int join = sg.join;
         if (join >= c->count || sg.count + join + 1 > max) continue;
         // The last stack's frame there must be the segment's caller. The
@@ -479,7 +519,7 @@ uint32_t segment_key(StackCache* c, const Frame& first, int max) {
         const SegmentFrame& last_frame = sg.frames[sg.count - 1];
         if (at_join.sp != sg.join_frame.sp || (!last_frame.reads.bp_at && at_join.bp != sg.join_frame.bp)) continue;
         bool holds = true;
-        for (int i = 0; holds && i + 1 < sg.count; ++i) holds = reads_hold(sg.frames[i].reads, sg.frames[i + 1].frame);
+        for (int i = 0; holds && i + 1 < sg.count; ++i) holds = segment_link_holds(sg, i);
         if (!holds || !reads_hold(last_frame.reads, at_join)) continue;
         if (c->prefix_generation[join] != sg.generation) {
             const uint64_t* outer = &c->rips[kMaxFrames - 1 - join];
@@ -501,8 +541,8 @@ void keep_segment(StackCache* c, const Walked& w, uint32_t key) {
     // The one of the same first two frames is replaced; places called from
     // one function at the same depth share the first and keep a way each.
     auto same_start = [&](const Segment& sg) {
-        return same_frame(sg.frames[0].frame, first) &&
-               (w.fresh > 1 ? sg.count > 1 && same_frame(sg.frames[1].frame, c->fresh[1].frame) : sg.count == 1);
+        return same_segment_frame(sg, 0, first) &&
+               (w.fresh > 1 ? sg.count > 1 && same_segment_frame(sg, 1, c->fresh[1].frame) : sg.count == 1);
     };
     unsigned way = 0;
     while (way < kSegmentWays && !(bucket.tags[way] == tag && same_start(bucket.ways[way]))) ++way;
@@ -514,6 +554,7 @@ void keep_segment(StackCache* c, const Walked& w, uint32_t key) {
     sg.generation = c->prefix_generation[w.kept];
     sg.join_frame = c->frames[w.kept].frame;
     for (int i = 0; i < w.fresh; ++i) sg.frames[i] = SegmentFrame{c->fresh[i].frame, c->fresh[i].reads};
+    sg.bp_free = bp_free_mask(c->fresh, w.fresh);
     memcpy(sg.outer_ips, &c->rips[kMaxFrames - 1 - w.kept], sizeof(uint64_t) * static_cast<size_t>(w.kept + 1));
     sg.key = key;
 }

@@ -26,6 +26,11 @@
 //     interpreter allocates from again (a dict, a string, a list in turn)
 //     costs only its link checks: no step, no rewrite, no memo. It holds
 //     while the last stack's frames it joined have not been rewritten.
+//     A segment frame's rbp is compared only where the walk depends on it
+//     (its rule reads through rbp, or hands rbp on to a frame that does):
+//     code that keeps data in rbp, as python3's does, calls the same place
+//     with other values in it, and comparing them lost a quarter of the
+//     hits (76 % of python3's allocations hit a segment, 99 % since).
 // The recorder's own frames at the top are skipped: a hook passes its
 // frame address and the walk starts with the hook's caller (the recorder
 // keeps frame pointers); without one they are followed by frame pointer.

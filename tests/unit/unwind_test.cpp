@@ -121,6 +121,52 @@ __attribute__((noinline)) void key_site_b() {
     g_sink = 2;
 }
 
+// ---- rbp as data ----------------------------------------------------------------------
+
+// Calls fn(arg) with `rbp` in rbp, as code that keeps data in rbp does. Its
+// CFI saves the caller's rbp and restores it, so the walk does not depend
+// on the value in between: the unwinder does not compare it when it reuses
+// a segment (unwind.cpp, Segment::bp_free), and the keys must stay exact.
+extern "C" void heapsnap_test_call_with_rbp(void (*fn)(int), int arg, uint64_t rbp);
+asm(R"(
+    .text
+    .globl heapsnap_test_call_with_rbp
+    .type heapsnap_test_call_with_rbp, @function
+heapsnap_test_call_with_rbp:
+    .cfi_startproc
+    push %rbp
+    .cfi_def_cfa_offset 16
+    .cfi_offset %rbp, -16
+    mov %rdx, %rbp
+    mov %rdi, %rax
+    mov %esi, %edi
+    call *%rax
+    pop %rbp
+    .cfi_restore %rbp
+    .cfi_def_cfa_offset 8
+    ret
+    .cfi_endproc
+    .size heapsnap_test_call_with_rbp, .-heapsnap_test_call_with_rbp
+)");
+
+// compare_key_from_frame, called through heapsnap_test_call_with_rbp: the
+// first frame of the walk holds data in rbp.
+__attribute__((noinline)) void compare_key_under_rbp_data(int) {
+    uint64_t ips[kMax];
+    uint32_t key = unwind_stack_key(ips, kMax, intern, __builtin_frame_address(0));
+    std::vector<uint64_t> theirs = libunwind_stack();
+    std::vector<uint64_t> expected(theirs.begin() + 2, theirs.end());
+    ++g_key_tally.checks;
+    if (key == 0 || key > g_keyed.size() || g_keyed[key - 1] != expected) ++g_key_tally.mismatches;
+}
+
+// ... and one frame further down: the frame with data in rbp is the
+// second of the walk, its rbp handed on by the first.
+__attribute__((noinline)) void key_site_under_rbp_data(int arg) {
+    compare_key_under_rbp_data(arg);
+    g_sink = 3;
+}
+
 // ---- shapes -------------------------------------------------------------------------
 
 // What a leaf does: compare, compare keys, or only unwind (while signals
@@ -141,11 +187,14 @@ void at_leaf() {
         switch (g_leaf) {
             case Leaf::Compare: compare_here(g_tally); break;
             case Leaf::CompareKeys:
-                switch (next_random() % 4) {
+                switch (next_random() % 6) {
                     case 0: compare_key(); break;
                     case 1: compare_key_from_frame(); break;
                     case 2: key_site_a(); break;
-                    default: key_site_b(); break;
+                    case 3: key_site_b(); break;
+                    // Few values, so that a segment is met again with another one.
+                    case 4: heapsnap_test_call_with_rbp(compare_key_under_rbp_data, 0, next_random() % 4); break;
+                    default: heapsnap_test_call_with_rbp(key_site_under_rbp_data, 0, next_random() % 4); break;
                 }
                 break;
             case Leaf::Unwind: unwind_only(); break;
@@ -218,7 +267,13 @@ __attribute__((noinline)) void twin_b(int depth) {
     g_sink = depth;
 }
 
-const Shape kShapes[] = {with_fp, without_fp, with_alloca, big_frame, realigned, twin_a, twin_b};
+// Data in rbp in the middle of the stack.
+__attribute__((noinline)) void rbp_data(int depth) {
+    heapsnap_test_call_with_rbp(descend, depth, next_random() % 4);
+    g_sink = depth;
+}
+
+const Shape kShapes[] = {with_fp, without_fp, with_alloca, big_frame, realigned, twin_a, twin_b, rbp_data};
 const int kShapeCount = sizeof kShapes / sizeof kShapes[0];
 
 void random_stacks(int rounds) {
@@ -283,6 +338,85 @@ TEST_CASE("unwind_stack_key returns the key of exactly the stack unwound, callin
     // often than once per stack, but at least once per distinct stack.
     CHECK(g_key_calls >= static_cast<long>(g_keyed.size()));
     CHECK(g_key_calls < g_key_tally.checks);
+}
+
+namespace {
+
+// A frame whose CFA is rbp-based, met twice at the same place and sp but
+// with its rbp elsewhere: called from a deeper frame, with a smaller
+// alloca. The walk depends on that rbp, so the unwinder must compare it:
+// the first walk's words may still lie where it read them, and the two
+// callers are called from one place, so every link of the first stack
+// above the moved frame would check out and give the first stack's key.
+volatile char* g_alloca_at;
+
+// A frame between: it keeps rbp as it got it, so its rbp is the moved one
+// too, and the walk depends on it through the frame below.
+__attribute__((noinline, optimize("omit-frame-pointer"))) void alloca_relay() {
+    compare_key_from_frame();
+    g_sink = 5;
+}
+
+__attribute__((noinline)) void alloca_place(size_t size, bool compare) {
+    auto* p = static_cast<volatile char*>(alloca(size));
+    p[0] = 1;
+    g_alloca_at = p;
+    if (compare && next_random() % 2) {
+        compare_key_from_frame();
+    } else if (compare) {
+        alloca_relay();
+    }
+    g_sink = p[0];
+}
+
+__attribute__((noinline)) void alloca_from_shallow(size_t size, bool compare) {
+    alloca_place(size, compare);
+    g_sink = 1;
+}
+
+__attribute__((noinline)) void alloca_from_deep(size_t size, bool compare) {
+    volatile char pad[512];
+    pad[0] = 1;
+    alloca_place(size, compare);
+    g_sink = pad[0];
+}
+
+__attribute__((noinline)) void alloca_through(bool deep, size_t size, bool compare) {
+    void (*caller)(size_t, bool) = deep ? alloca_from_deep : alloca_from_shallow;
+    caller(size, compare);
+    g_sink = 2;
+}
+
+// At several depths, in random order: whichever variant's segment the
+// other meets first.
+__attribute__((noinline)) void alloca_at_depth(int depth, bool deep, size_t size) {
+    if (depth > 0) {
+        alloca_at_depth(depth - 1, deep, size);
+        g_sink = depth;
+        return;
+    }
+    alloca_through(deep, size, true);
+}
+
+}  // namespace
+
+TEST_CASE("unwind_stack_key on a frame whose rbp moved while its sp stayed") {
+    constexpr size_t kSize = 2048;
+    alloca_through(false, kSize, false);
+    auto shallow = reinterpret_cast<uintptr_t>(g_alloca_at);
+    alloca_through(true, kSize, false);
+    size_t depth = shallow - reinterpret_cast<uintptr_t>(g_alloca_at);
+    REQUIRE(depth > 0);
+    REQUIRE(depth < kSize);
+    alloca_through(true, kSize - depth, false);
+    REQUIRE(reinterpret_cast<uintptr_t>(g_alloca_at) == shallow);  // the same sp, another rbp
+    g_key_tally = {};
+    for (int i = 0; i < 400; ++i) {
+        bool deep = next_random() % 2;
+        alloca_at_depth(static_cast<int>(next_random() % 8), deep, deep ? kSize - depth : kSize);
+    }
+    CHECK(g_key_tally.checks == 400);
+    CHECK(g_key_tally.mismatches == 0);
 }
 
 namespace {
