@@ -497,6 +497,17 @@ bool segment_link_holds(const Segment& sg, int i) {
 
 SegmentBucket& segment_bucket(StackCache* c, uint64_t tag) { return c->segments[tag >> (64 - kSegmentBucketBits)]; }
 
+// The key of the last stack if it starts at `first` and its links hold
+// (what a walk would find, without the walk); 0 otherwise.
+uint32_t same_stack_key(const StackCache* c, const Frame& first) {
+    int top = c->count - 1;
+    // The dense ip first: other places fail there.
+    if (top < 0 || c->rips[kMaxFrames - 1 - top] != first.ip || !c->last_key) return 0;
+    if (!same_frame(c->frames[top].frame, first)) return 0;
+    if (c->frames[0].rule.kind != FrameRule::Outermost || holds_down_to(c, top, 0) != 0) return 0;
+    return c->last_key;
+}
+
 // The key of the stack that starts at `first`, if a segment and the last
 // stack still hold it; 0 otherwise. The stack is then the one keyed: the
 // segment's frames and the last stack's frames 0..join, each link checked
@@ -603,10 +614,13 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, uint
         c->last_key = 0;
         c->max = max;
     }
-    // A place allocated from lately, met again: its key without a walk.
-    // (From a hook only: `first` is then the program's frame.)
+    // The last stack again (a loop allocating at one place), or a place
+    // allocated from lately: its key without a walk. (From a hook only:
+    // `first` is then the program's frame.)
     if (c && from_hook) {
-        if (uint32_t k = segment_key(c, first, max)) {
+        uint32_t k = same_stack_key(c, first);
+        if (!k) k = segment_key(c, first, max);
+        if (k) {
             give_back(b);  // the last stack and its key stay as they were
             return k;
         }

@@ -21,6 +21,9 @@
 //     and entered again) is stepped afresh and the walk goes on;
 //   - key() (the stack id) is remembered per stack by its ips, compared in
 //     full, so a stack seen lately is not hashed and looked up again;
+//   - a hook's stack whose first frame is the last stack's top one (a
+//     loop allocating at one place) is the last stack if its links hold:
+//     its key without a walk;
 //   - the frames walked afresh above the last stack are kept per first
 //     frame with the key of their whole stack (a segment), so a place an
 //     interpreter allocates from again (a dict, a string, a list in turn)
