@@ -27,13 +27,17 @@ uint64_t size_fn(uint64_t size, hslog::AllocFn fn) { return size << 8 | static_c
 constexpr size_t kInitialLive = 4096;   // entries; 64 KiB
 constexpr size_t kInitialInfos = 2048;  // entries; 32 KiB
 
-LiveEntry* g_live = nullptr;
-size_t g_live_capacity = 0;  // a power of two
-size_t g_live_size = 0;
-
-InfoEntry* g_infos = nullptr;
-size_t g_infos_capacity = 0;  // a power of two
-size_t g_infos_size = 0;      // also the highest info id given out
+// The writer changes these on every event: a line of their own, away from
+// what the hooks read (spinlock.h says why).
+struct alignas(64) Tables {
+    LiveEntry* live = nullptr;
+    size_t live_capacity = 0;  // a power of two
+    size_t live_size = 0;
+    InfoEntry* infos = nullptr;
+    size_t infos_capacity = 0;  // a power of two
+    size_t infos_size = 0;      // also the highest info id given out
+};
+Tables g_tables;
 
 // Blocks are at least 16-byte aligned: drop the low bits. The page number
 // is mixed, the offset within the page is not, so the blocks of one page
@@ -75,13 +79,13 @@ bool grow(Entry*& table, size_t& capacity, size_t initial, Used used, Home home)
 
 bool grow_live() {
     return grow(
-        g_live, g_live_capacity, kInitialLive, [](const LiveEntry& e) { return e.address != 0; },
+        g_tables.live, g_tables.live_capacity, kInitialLive, [](const LiveEntry& e) { return e.address != 0; },
         [](const LiveEntry& e, size_t capacity) { return live_home(e.address, capacity); });
 }
 
 bool grow_infos() {
     return grow(
-        g_infos, g_infos_capacity, kInitialInfos, [](const InfoEntry& e) { return e.info != 0; },
+        g_tables.infos, g_tables.infos_capacity, kInitialInfos, [](const InfoEntry& e) { return e.info != 0; },
         [](const InfoEntry& e, size_t capacity) { return info_home(e, capacity); });
 }
 
@@ -89,16 +93,16 @@ bool grow_infos() {
 // run into the hole. Infos are never removed: an id stays defined for the
 // rest of the log.
 void erase_live_at(size_t i) {
-    size_t mask = g_live_capacity - 1;
+    size_t mask = g_tables.live_capacity - 1;
     for (size_t hole = i, j = (i + 1) & mask;; j = (j + 1) & mask) {
-        if (!g_live[j].address) {
-            g_live[hole].address = 0;
+        if (!g_tables.live[j].address) {
+            g_tables.live[hole].address = 0;
             return;
         }
-        size_t h = live_home(g_live[j].address, g_live_capacity);
+        size_t h = live_home(g_tables.live[j].address, g_tables.live_capacity);
         // Entry j may move to the hole if its home is not in (hole, j].
         if (((j - h) & mask) >= ((j - hole) & mask)) {
-            g_live[hole] = g_live[j];
+            g_tables.live[hole] = g_tables.live[j];
             hole = j;
         }
     }
@@ -106,73 +110,73 @@ void erase_live_at(size_t i) {
 
 // The info id of a triple, defining the next one if it is new.
 uint32_t info_of(hslog::AllocFn fn, uint64_t size, uint32_t stack, bool* fresh) {
-    size_t i = info_home(fn, size, stack, g_infos_capacity);
-    for (;; i = (i + 1) & (g_infos_capacity - 1)) {
-        InfoEntry& e = g_infos[i];
+    size_t i = info_home(fn, size, stack, g_tables.infos_capacity);
+    for (;; i = (i + 1) & (g_tables.infos_capacity - 1)) {
+        InfoEntry& e = g_tables.infos[i];
         if (!e.info) break;
         if (e.size_fn == size_fn(size, fn) && e.stack == stack) {
             *fresh = false;
             return e.info;
         }
     }
-    g_infos[i] = InfoEntry{size_fn(size, fn), stack, static_cast<uint32_t>(++g_infos_size)};
+    g_tables.infos[i] = InfoEntry{size_fn(size, fn), stack, static_cast<uint32_t>(++g_tables.infos_size)};
     *fresh = true;
-    return g_infos[i].info;
+    return g_tables.infos[i].info;
 }
 
 }  // namespace
 
 void alloc_infos_prefetch(uint64_t address, bool alloc, hslog::AllocFn fn, uint64_t size, uint32_t stack) {
-    if (!g_live_capacity) return;
-    __builtin_prefetch(&g_live[live_home(address, g_live_capacity)]);
-    if (alloc && size < hslog::kAddressedAllocSize && g_infos_capacity)
-        __builtin_prefetch(&g_infos[info_home(fn, size, stack, g_infos_capacity)]);
+    if (!g_tables.live_capacity) return;
+    __builtin_prefetch(&g_tables.live[live_home(address, g_tables.live_capacity)]);
+    if (alloc && size < hslog::kAddressedAllocSize && g_tables.infos_capacity)
+        __builtin_prefetch(&g_tables.infos[info_home(fn, size, stack, g_tables.infos_capacity)]);
 }
 
 InfoAlloc alloc_infos_alloc(uint64_t address, hslog::AllocFn fn, uint64_t size, uint32_t stack) {
     InfoAlloc r;
-    if ((g_live_size + 1) * 2 > g_live_capacity && !grow_live()) return r;
+    if ((g_tables.live_size + 1) * 2 > g_tables.live_capacity && !grow_live()) return r;
     bool addressed = size >= hslog::kAddressedAllocSize;
     if (!addressed) {
         // An info id must never reach kAddressedBlock; 4 billion distinct
         // triples end the recording rather than the log's consistency.
-        if (g_infos_size + 1 >= kAddressedBlock) return r;
-        if ((g_infos_size + 1) * 2 > g_infos_capacity && !grow_infos()) return r;
+        if (g_tables.infos_size + 1 >= kAddressedBlock) return r;
+        if ((g_tables.infos_size + 1) * 2 > g_tables.infos_capacity && !grow_infos()) return r;
     }
-    size_t i = live_home(address, g_live_capacity);
-    while (g_live[i].address && g_live[i].address != address) i = (i + 1) & (g_live_capacity - 1);
-    if (g_live[i].address)
-        r.replaced = g_live[i].name;
+    size_t i = live_home(address, g_tables.live_capacity);
+    while (g_tables.live[i].address && g_tables.live[i].address != address) i = (i + 1) & (g_tables.live_capacity - 1);
+    if (g_tables.live[i].address)
+        r.replaced = g_tables.live[i].name;
     else
-        g_live_size++;
+        g_tables.live_size++;
     r.info = addressed ? kAddressedBlock : info_of(fn, size, stack, &r.fresh);
-    g_live[i] = LiveEntry{address, r.info};
+    g_tables.live[i] = LiveEntry{address, r.info};
     r.ok = true;
     return r;
 }
 
 uint32_t alloc_infos_free(uint64_t address) {
-    if (!g_live_capacity) return 0;
-    size_t i = live_home(address, g_live_capacity);
-    while (g_live[i].address != address) {
-        if (!g_live[i].address) return 0;
-        i = (i + 1) & (g_live_capacity - 1);
+    if (!g_tables.live_capacity) return 0;
+    size_t i = live_home(address, g_tables.live_capacity);
+    while (g_tables.live[i].address != address) {
+        if (!g_tables.live[i].address) return 0;
+        i = (i + 1) & (g_tables.live_capacity - 1);
     }
-    uint32_t name = g_live[i].name;
+    uint32_t name = g_tables.live[i].name;
     erase_live_at(i);
-    g_live_size--;
+    g_tables.live_size--;
     return name;
 }
 
 void alloc_infos_reset() {
-    raw_unmap(g_live, g_live_capacity * sizeof(LiveEntry));
-    raw_unmap(g_infos, g_infos_capacity * sizeof(InfoEntry));
-    g_live = nullptr;
-    g_live_capacity = 0;
-    g_live_size = 0;
-    g_infos = nullptr;
-    g_infos_capacity = 0;
-    g_infos_size = 0;
+    raw_unmap(g_tables.live, g_tables.live_capacity * sizeof(LiveEntry));
+    raw_unmap(g_tables.infos, g_tables.infos_capacity * sizeof(InfoEntry));
+    g_tables.live = nullptr;
+    g_tables.live_capacity = 0;
+    g_tables.live_size = 0;
+    g_tables.infos = nullptr;
+    g_tables.infos_capacity = 0;
+    g_tables.infos_size = 0;
 }
 
 }  // namespace heapsnap::recorder

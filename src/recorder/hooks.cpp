@@ -204,7 +204,8 @@ void fill_alloc(Slot& s, AllocFn fn, uint64_t addr, size_t size) {
     s.size = size;
 }
 
-__attribute__((always_inline)) inline void record_alloc_unsampled(AllocFn fn, const void* p, size_t size, Caller caller) {
+__attribute__((always_inline)) inline void record_alloc_unsampled(AllocFn fn, const void* p, size_t size,
+                                                                  Caller caller) {
     auto addr = reinterpret_cast<uint64_t>(p);
     if (thread_state().capturing) {
         emit_with([&](Slot& s) {

@@ -51,19 +51,26 @@ SpinLock g_writer_lock;
 int g_fd = -1;
 char g_path[kMaxPathLen];
 uint8_t* g_frame = nullptr;
-size_t g_frame_used = 0;
+// What encoding changes on every record, on lines of its own: the hooks
+// read flags and counters on every event, and a line they shared with
+// these would move between the cores each time (false sharing: it made
+// every hook wait for the line).
+struct alignas(64) Encoder {
+    size_t frame_used = 0;
+    uint64_t stream_ts = 0;
+    uint64_t stream_addr = 0;
+    uint32_t stream_thread = UINT32_MAX;
+    uint64_t events = 0;
+    uint64_t last_flush_ns = 0;
+    uint32_t frame_max_marker = 0;
+    uint32_t marker_count = 0;
+};
+Encoder g_enc;
 uint8_t* g_compressed = nullptr;
 size_t g_compressed_capacity = 0;
 ZSTD_CCtx* g_zstd = nullptr;
-uint64_t g_stream_ts = 0;
-uint64_t g_stream_addr = 0;
-uint32_t g_stream_thread = UINT32_MAX;
-uint64_t g_events = 0;
-uint64_t g_last_flush_ns = 0;
-uint32_t g_frame_max_marker = 0;
 bool g_failed = false;
 bool g_ended = false;
-uint32_t g_marker_count = 0;
 // Recent (token, index) pairs, for the control channel's replies.
 constexpr uint32_t kTokenMemory = 64;
 std::atomic<uint64_t> g_marker_tokens[kTokenMemory];
@@ -76,7 +83,10 @@ std::atomic<bool> g_stop{false};
 // Set while the writer waits in poll(); the first producer that finds it set
 // clears it and writes the eventfd, so a busy program pays one syscall per
 // writer nap, not one per event.
-std::atomic<bool> g_sleeping{false};
+struct alignas(64) SleepFlag {
+    std::atomic<bool> set{false};
+};
+SleepFlag g_sleeping;
 // The exit marker must be the last marker: once it is being taken, no
 // interval marker may start, and one already started must finish first.
 std::atomic<bool> g_intervals_closed{false};
@@ -111,34 +121,34 @@ void fail(const char* what) {
 }
 
 void flush_frame() {
-    if (!g_frame_used || g_failed || g_fd < 0) {
-        g_frame_used = 0;
+    if (!g_enc.frame_used || g_failed || g_fd < 0) {
+        g_enc.frame_used = 0;
         return;
     }
     // Compressing and writing take milliseconds: no stamp reuse meanwhile.
     bool fresh = stamp_tick_make_stale();
-    size_t n = ZSTD_compress2(g_zstd, g_compressed, g_compressed_capacity, g_frame, g_frame_used);
+    size_t n = ZSTD_compress2(g_zstd, g_compressed, g_compressed_capacity, g_frame, g_enc.frame_used);
     if (ZSTD_isError(n)) {
         fail(": compression failed; recording stopped");
     } else if (!write_all(g_compressed, n)) {
         fail(": write failed; recording stopped");
     }
     if (fresh) stamp_tick_advance();
-    g_frame_used = 0;
-    g_last_flush_ns = now_ns();
-    if (g_frame_max_marker) {
-        g_durable_marker.store(g_frame_max_marker, std::memory_order_release);
-        g_frame_max_marker = 0;
+    g_enc.frame_used = 0;
+    g_enc.last_flush_ns = now_ns();
+    if (g_enc.frame_max_marker) {
+        g_durable_marker.store(g_enc.frame_max_marker, std::memory_order_release);
+        g_enc.frame_max_marker = 0;
     }
 }
 
 // Space for one record; cuts the frame first if the record would not fit
 // in the frame's nominal size.
 codec::Writer reserve(size_t max_bytes) {
-    if (g_frame_used && g_frame_used + max_bytes > hslog::kFramePayload) flush_frame();
-    return codec::Writer(g_frame + g_frame_used, kFrameBufferBytes - g_frame_used);
+    if (g_enc.frame_used && g_enc.frame_used + max_bytes > hslog::kFramePayload) flush_frame();
+    return codec::Writer(g_frame + g_enc.frame_used, kFrameBufferBytes - g_enc.frame_used);
 }
-void commit(const codec::Writer& w) { g_frame_used += w.size(); }
+void commit(const codec::Writer& w) { g_enc.frame_used += w.size(); }
 
 void put_raw_record(const uint8_t* data, size_t n) {
     codec::Writer w = reserve(n);
@@ -153,8 +163,8 @@ void put_raw_record(const uint8_t* data, size_t n) {
 // incompressible low bits to every record.
 uint64_t advance_time(uint64_t ts) {
     uint64_t unit = ts / hslog::kTimeUnitNs;
-    uint64_t dt = unit > g_stream_ts ? unit - g_stream_ts : 0;
-    if (unit > g_stream_ts) g_stream_ts = unit;
+    uint64_t dt = unit > g_enc.stream_ts ? unit - g_enc.stream_ts : 0;
+    if (unit > g_enc.stream_ts) g_enc.stream_ts = unit;
     return dt;
 }
 
@@ -163,14 +173,14 @@ uint64_t advance_time(uint64_t ts) {
 // times are exact to 1 ms and most events carry no time bytes at all.
 void event_time(codec::Writer& w, uint64_t ts) {
     uint64_t unit = ts / hslog::kTimeUnitNs;
-    if (unit < g_stream_ts + hslog::kEventTimeStep) return;
-    hslog::put_time(w, unit - g_stream_ts);
-    g_stream_ts = unit;
+    if (unit < g_enc.stream_ts + hslog::kEventTimeStep) return;
+    hslog::put_time(w, unit - g_enc.stream_ts);
+    g_enc.stream_ts = unit;
 }
 
 int64_t advance_addr(uint64_t addr) {
-    auto delta = static_cast<int64_t>(addr - g_stream_addr);
-    g_stream_addr = addr;
+    auto delta = static_cast<int64_t>(addr - g_enc.stream_addr);
+    g_enc.stream_addr = addr;
     return delta;
 }
 
@@ -213,7 +223,7 @@ void encode_alloc(codec::Writer& w, const Slot& s, uint32_t stack) {
     }
     if (b.replaced) {  // its free was never seen: free it explicitly, as the reader must
         put_known_free(w, b.replaced, s.addr);
-        g_events++;
+        g_enc.events++;
     }
     if (b.info == kAddressedBlock)
         hslog::put_alloc_at(w, fn, advance_addr(s.addr), s.size, stack);
@@ -221,7 +231,7 @@ void encode_alloc(codec::Writer& w, const Slot& s, uint32_t stack) {
         hslog::put_alloc(w, fn, s.size, stack);
     else
         hslog::put_alloc_info(w, b.info);
-    g_events++;
+    g_enc.events++;
 }
 
 void encode_free(codec::Writer& w, const Slot& s) {
@@ -229,16 +239,16 @@ void encode_free(codec::Writer& w, const Slot& s) {
         put_known_free(w, name, s.addr);
     else
         hslog::put_free_unknown(w, advance_addr(s.addr));
-    g_events++;
+    g_enc.events++;
 }
 
 void encode(const Slot& s) {
     uint32_t stack = s.stack;
     if (s.kind == SlotKind::Alloc && stack == kDeferredStack) stack = intern_deferred(s);
     codec::Writer w = reserve(2 * hslog::kMaxEventRecord + 2 + 2 * codec::kMaxVarint);
-    if (s.thread != g_stream_thread && s.kind != SlotKind::Marker) {
+    if (s.thread != g_enc.stream_thread && s.kind != SlotKind::Marker) {
         hslog::put_thread(w, s.thread);
-        g_stream_thread = s.thread;
+        g_enc.stream_thread = s.thread;
     }
     switch (s.kind) {
         case SlotKind::Alloc:
@@ -252,12 +262,12 @@ void encode(const Slot& s) {
         case SlotKind::Mmap:
             event_time(w, ticks_to_ns(s.ts));
             hslog::put_mmap(w, advance_addr(s.addr), s.size, s.fn, s.aux, s.stack);
-            g_events++;
+            g_enc.events++;
             break;
         case SlotKind::Munmap:
             event_time(w, ticks_to_ns(s.ts));
             hslog::put_munmap(w, advance_addr(s.addr), s.size);
-            g_events++;
+            g_enc.events++;
             break;
         case SlotKind::ThreadStart:
             hslog::put_thread_start(w, advance_time(ticks_to_ns(s.ts)), s.thread, s.aux, s.addr, s.addr + s.size);
@@ -272,13 +282,13 @@ void encode(const Slot& s) {
             m.u8(static_cast<uint8_t>(hslog::Tag::Marker));
             m.varint(advance_time(ticks_to_ns(s.ts)));
             m.varint(s.thread);
-            m.varint(g_events);
-            m.varint(++g_marker_count);
+            m.varint(g_enc.events);
+            m.varint(++g_enc.marker_count);
             if (s.size <= m.room()) m.raw(payload, s.size);
             commit(m);
-            g_marker_tokens[s.aux % kTokenMemory].store(uint64_t{s.aux} << 32 | g_marker_count,
+            g_marker_tokens[s.aux % kTokenMemory].store(uint64_t{s.aux} << 32 | g_enc.marker_count,
                                                         std::memory_order_release);
-            g_frame_max_marker = g_marker_count;
+            g_enc.frame_max_marker = g_enc.marker_count;
             release_marker_payload(payload, s.size);
             flush_frame();
             return;
@@ -381,7 +391,7 @@ size_t round_locked() {
         }
     }
     recycle_drained_rings();
-    if (g_frame_used && now_ns() - g_last_flush_ns >= kFlushIntervalNs) flush_frame();
+    if (g_enc.frame_used && now_ns() - g_enc.last_flush_ns >= kFlushIntervalNs) flush_frame();
     return emitted;
 }
 
@@ -390,10 +400,10 @@ void wait_for_work(uint64_t timeout_ns) {
     nfds_t count = 0;
     fds[count++] = pollfd{g_wake_fd, POLLIN, 0};
     count += static_cast<nfds_t>(control_poll_fds(fds + 1, 15));
-    g_sleeping.store(true, std::memory_order_seq_cst);
+    g_sleeping.set.store(true, std::memory_order_seq_cst);
     timespec timeout{static_cast<time_t>(timeout_ns / 1'000'000'000), static_cast<long>(timeout_ns % 1'000'000'000)};
     int r = ppoll(fds, count, &timeout, nullptr);
-    g_sleeping.store(false, std::memory_order_relaxed);
+    g_sleeping.set.store(false, std::memory_order_relaxed);
     if (r > 0 && (fds[0].revents & POLLIN)) {
         uint64_t value;
         ssize_t ignored = read(g_wake_fd, &value, sizeof value);
@@ -629,15 +639,15 @@ bool writer_open() {
     }
     g_failed = false;
     g_ended = false;
-    g_events = 0;
-    g_frame_used = 0;
-    g_stream_ts = start_time_ns() / hslog::kTimeUnitNs;
-    g_stream_addr = 0;
-    g_stream_thread = UINT32_MAX;
+    g_enc.events = 0;
+    g_enc.frame_used = 0;
+    g_enc.stream_ts = start_time_ns() / hslog::kTimeUnitNs;
+    g_enc.stream_addr = 0;
+    g_enc.stream_thread = UINT32_MAX;
     alloc_infos_reset();
     g_durable_marker.store(0);
-    g_marker_count = 0;
-    g_last_flush_ns = now_ns();
+    g_enc.marker_count = 0;
+    g_enc.last_flush_ns = now_ns();
     codec::Writer w = reserve(16384);
     write_process_record(w);
     commit(w);
@@ -682,7 +692,7 @@ void writer_close_intervals() {
 bool writer_running() { return g_running.load(std::memory_order_acquire); }
 
 void writer_wake() {
-    if (!g_sleeping.load(std::memory_order_relaxed) || !g_sleeping.exchange(false)) return;
+    if (!g_sleeping.set.load(std::memory_order_relaxed) || !g_sleeping.set.exchange(false)) return;
     wake_now();
 }
 
@@ -739,7 +749,7 @@ void writer_stop(hslog::EndReason reason) {
     if (g_fd < 0 || g_ended) return;
     drain_published_locked();
     codec::Writer w = reserve(2 + 2 * codec::kMaxVarint);
-    hslog::put_end(w, advance_time(now_ns()), reason, g_events);
+    hslog::put_end(w, advance_time(now_ns()), reason, g_enc.events);
     commit(w);
     flush_frame();
     g_ended = true;
@@ -756,7 +766,7 @@ void writer_forget_after_fork() {
     g_interval_busy.store(false);
     if (g_fd >= 0) close(g_fd);
     g_fd = -1;
-    g_frame_used = 0;
+    g_enc.frame_used = 0;
     if (g_wake_fd >= 0) close(g_wake_fd);
     g_wake_fd = -1;
     control_forget_after_fork();
