@@ -107,7 +107,7 @@ void lookup(F& fn, const char* name) {
     fn = reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
 }
 
-void resolve() {
+__attribute__((noinline)) void resolve() {
     if (g_resolved.load(std::memory_order_acquire)) return;
     if (g_resolving.exchange(true)) return;  // dlsym is allocating: use the arena
     lookup(real.malloc, "malloc");
@@ -132,8 +132,9 @@ void resolve() {
     g_resolved.store(true, std::memory_order_release);
 }
 
-bool ready() {
-    if (__builtin_expect(!g_resolved.load(std::memory_order_acquire), 0)) resolve();
+inline bool ready() {
+    if (__builtin_expect(g_resolved.load(std::memory_order_acquire), 1)) return true;
+    resolve();
     return g_resolved.load(std::memory_order_relaxed);
 }
 
@@ -228,7 +229,7 @@ void record_alloc(AllocFn fn, const void* p, size_t size, Caller caller) {
 }
 
 // Records a free (when sampling: if its block was sampled); true if it did.
-bool record_free(const void* p) {
+__attribute__((always_inline)) inline bool record_free(const void* p) {
     if (sampling() && !release_sampled(reinterpret_cast<uint64_t>(p))) return false;
     auto addr = reinterpret_cast<uint64_t>(p);
     emit_with([&](Slot& s) {
