@@ -45,6 +45,9 @@ uint32_t g_count = 0;
 uint32_t g_capacity = 0;
 uint32_t* g_sorted = nullptr;  // indices of loaded modules by start address
 uint32_t g_sorted_count = 0;
+// 1 + the index of the module find_loaded found last (0: none): a stack's
+// frames mostly lie in one module, so most lookups end here.
+uint32_t g_last_found = 0;
 
 char g_exe[kMaxPath];
 size_t g_exe_len = 0;
@@ -163,6 +166,7 @@ int scan_one(dl_phdr_info* info, size_t, void*) {
 
 void rebuild_sorted() {
     g_sorted_count = 0;
+    g_last_found = 0;
     for (uint32_t i = 0; i < g_count; ++i) {
         if (!g_modules[i].loaded) continue;
         uint32_t j = g_sorted_count++;
@@ -175,6 +179,10 @@ void rebuild_sorted() {
 }
 
 const Module* find_loaded(uint64_t ip) {
+    if (g_last_found) {
+        const Module& last = g_modules[g_last_found - 1];
+        if (ip >= last.start && ip < last.end) return &last;
+    }
     uint32_t lo = 0, hi = g_sorted_count;
     while (lo < hi) {
         uint32_t mid = (lo + hi) / 2;
@@ -185,7 +193,9 @@ const Module* find_loaded(uint64_t ip) {
     }
     if (lo == 0) return nullptr;
     const Module& m = g_modules[g_sorted[lo - 1]];
-    return ip < m.end ? &m : nullptr;
+    if (ip >= m.end) return nullptr;
+    g_last_found = g_sorted[lo - 1] + 1;
+    return &m;
 }
 
 }  // namespace
