@@ -149,6 +149,19 @@ heapsnap_test_call_with_rbp:
     .size heapsnap_test_call_with_rbp, .-heapsnap_test_call_with_rbp
 )");
 
+// The data put in rbp: one of four addresses inside an array whose words
+// all point into it. A signal can interrupt a DRAP function's prologue or
+// epilogue, whose CFI reads through rbp, while the caller's data is still
+// in it; libunwind then reads through that data, and small numbers sent
+// its unw_step to address 0.
+uint64_t g_rbp_words[16];
+
+uint64_t rbp_data_value() {
+    if (!g_rbp_words[0])
+        for (uint64_t& word : g_rbp_words) word = reinterpret_cast<uint64_t>(&g_rbp_words[8]);
+    return reinterpret_cast<uint64_t>(&g_rbp_words[4 + next_random() % 4]);
+}
+
 // compare_key_from_frame, called through heapsnap_test_call_with_rbp: the
 // first frame of the walk holds data in rbp.
 __attribute__((noinline)) void compare_key_under_rbp_data(int) {
@@ -193,8 +206,8 @@ void at_leaf() {
                     case 2: key_site_a(); break;
                     case 3: key_site_b(); break;
                     // Few values, so that a segment is met again with another one.
-                    case 4: heapsnap_test_call_with_rbp(compare_key_under_rbp_data, 0, next_random() % 4); break;
-                    default: heapsnap_test_call_with_rbp(key_site_under_rbp_data, 0, next_random() % 4); break;
+                    case 4: heapsnap_test_call_with_rbp(compare_key_under_rbp_data, 0, rbp_data_value()); break;
+                    default: heapsnap_test_call_with_rbp(key_site_under_rbp_data, 0, rbp_data_value()); break;
                 }
                 break;
             case Leaf::Unwind: unwind_only(); break;
@@ -269,7 +282,7 @@ __attribute__((noinline)) void twin_b(int depth) {
 
 // Data in rbp in the middle of the stack.
 __attribute__((noinline)) void rbp_data(int depth) {
-    heapsnap_test_call_with_rbp(descend, depth, next_random() % 4);
+    heapsnap_test_call_with_rbp(descend, depth, rbp_data_value());
     g_sink = depth;
 }
 
