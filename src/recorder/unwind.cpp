@@ -75,9 +75,10 @@ struct CachedFrame {
 // The step from `callee` gives `caller` again if the memory it read still
 // holds what it held: the step is a function of the frame, its rule and
 // those words.
-bool reads_hold(const Reads& r, const Frame& caller) {
+// `bp_matters` false: the rbp read is not compared (Segment::bp_free).
+bool reads_hold(const Reads& r, const Frame& caller, bool bp_matters = true) {
     return (!r.cfa_at || load(r.cfa_at) == caller.sp) && load(r.ra_at) == caller.ip &&
-           (!r.bp_at || load(r.bp_at) == caller.bp);
+           (!r.bp_at || !bp_matters || load(r.bp_at) == caller.bp);
 }
 
 bool link_holds(const CachedFrame& callee, const CachedFrame& caller) { return reads_hold(callee.reads, caller.frame); }
@@ -489,13 +490,16 @@ bool same_segment_frame(const Segment& sg, int i, const Frame& f) {
 // reads_hold for a link inside the segment: the rbp it reads is compared
 // only if the walk depends on it.
 bool segment_link_holds(const Segment& sg, int i) {
-    const Reads& r = sg.frames[i].reads;
-    const Frame& caller = sg.frames[i + 1].frame;
-    return (!r.cfa_at || load(r.cfa_at) == caller.sp) && load(r.ra_at) == caller.ip &&
-           (!r.bp_at || (sg.bp_free >> (i + 1) & 1) || load(r.bp_at) == caller.bp);
+    return reads_hold(sg.frames[i].reads, sg.frames[i + 1].frame, !(sg.bp_free >> (i + 1) & 1));
 }
 
 SegmentBucket& segment_bucket(StackCache* c, uint64_t tag) { return c->segments[tag >> (64 - kSegmentBucketBits)]; }
+
+// The last stack's frames from `top` down to its outermost one still hold,
+// and it ended at the outermost frame (not cut by the depth limit).
+bool holds_to_outermost(const StackCache* c, int top) {
+    return c->frames[0].rule.kind == FrameRule::Outermost && holds_down_to(c, top, 0) == 0;
+}
 
 // The key of the last stack if it starts at `first` and its links hold
 // (what a walk would find, without the walk); 0 otherwise.
@@ -503,8 +507,7 @@ uint32_t same_stack_key(const StackCache* c, const Frame& first) {
     int top = c->count - 1;
     // The dense ip first: other places fail there.
     if (top < 0 || c->rips[kMaxFrames - 1 - top] != first.ip || !c->last_key) return 0;
-    if (!same_frame(c->frames[top].frame, first)) return 0;
-    if (c->frames[0].rule.kind != FrameRule::Outermost || holds_down_to(c, top, 0) != 0) return 0;
+    if (!same_frame(c->frames[top].frame, first) || !holds_to_outermost(c, top)) return 0;
     return c->last_key;
 }
 
@@ -537,8 +540,7 @@ uint32_t segment_key(StackCache* c, const Frame& first, int max) {
             if (memcmp(sg.outer_ips, outer, sizeof(uint64_t) * static_cast<size_t>(join + 1)) != 0) continue;
             sg.generation = c->prefix_generation[join];  // the same frames, written again
         }
-        if (holds_down_to(c, join, 0) != 0) return 0;
-        return c->frames[0].rule.kind == FrameRule::Outermost ? sg.key : 0;
+        return holds_to_outermost(c, join) ? sg.key : 0;
     }
     return 0;
 }
