@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 
+#include "format/log_decoder.h"
 #include "util/error.h"
 
 namespace heapsnap {
@@ -62,382 +63,6 @@ struct DctxFree {
     void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
 };
 
-// Decodes the records of one frame, keeping the stream state (time,
-// address, thread) that spans frames.
-class RecordDecoder {
-public:
-    RecordDecoder(const std::string& path, LogVisitor& visitor, ReadSummary& summary)
-        : path_(path), visitor_(visitor), summary_(summary) {}
-
-    // Returns false when the visitor asked to stop.
-    bool decode(const uint8_t* data, size_t size, uint64_t frame_offset) {
-        codec::Reader r(data, size);
-        while (!r.at_end()) {
-            uint8_t tag = r.u8();
-            // Short records first: on a busy log nearly every record is one,
-            // and the tag's top two bits say which (hslog.h).
-            if (tag >= kShortAllocInfoTag && has_process_) [[likely]] {
-                uint64_t id = static_cast<uint64_t>(tag & kShortIdHighBits) << 8 | r.u8();
-                if (tag >= kShortFreeTag)
-                    free(r, id);
-                else
-                    alloc_info(r, id);
-            } else if (tag == kAllocInfoTag && has_process_)
-                alloc_info(r, r.varint());
-            else if (tag == kFreeTag && has_process_)
-                free(r, r.varint());
-            else if (static_cast<uint8_t>(tag - kAllocTag) < hslog::kAllocFnCount && has_process_)
-                alloc(r, static_cast<hslog::AllocFn>(tag - kAllocTag), false);
-            else if (tag == kThreadTag && has_process_)
-                thread_ = static_cast<uint32_t>(r.varint());
-            else if (tag == kTimeTag && has_process_)
-                advance(r);
-            else
-                record(static_cast<hslog::Tag>(tag), r);
-            if (!r.ok()) corrupt(frame_offset, "truncated or malformed record");
-            summary_.records++;
-            if (visitor_.stop_requested()) {
-                frame_done_ = r.at_end();
-                return false;
-            }
-        }
-        return true;
-    }
-
-    bool has_process() const { return has_process_; }
-
-    void resume(const StreamPosition& at) {
-        has_process_ = true;
-        now_ = at.time_ns;
-        units_ = at.time_ns / hslog::kTimeUnitNs;
-        addr_ = at.address;
-        thread_ = at.thread;
-        stacks_ = at.stacks;
-        max_stack_ = at.max_stack;
-        if (!infos_.restore(at.infos, at.addressed))
-            throw Error(path_ + ": the checkpoint's allocation infos are inconsistent");
-    }
-    StreamPosition position(uint64_t offset) const {
-        return StreamPosition{offset, now_, addr_, thread_, stacks_, max_stack_, infos_.infos(), infos_.addressed()};
-    }
-    bool frame_done() const { return frame_done_; }
-
-private:
-    static constexpr uint8_t kAllocTag = static_cast<uint8_t>(hslog::Tag::Alloc);
-    static constexpr uint8_t kAllocAtTag = static_cast<uint8_t>(hslog::Tag::AllocAt);
-    static constexpr uint8_t kAllocInfoTag = static_cast<uint8_t>(hslog::Tag::AllocInfo);
-    static constexpr uint8_t kFreeTag = static_cast<uint8_t>(hslog::Tag::Free);
-    static constexpr uint8_t kThreadTag = static_cast<uint8_t>(hslog::Tag::Thread);
-    static constexpr uint8_t kTimeTag = static_cast<uint8_t>(hslog::Tag::Time);
-    static constexpr uint8_t kShortAllocInfoTag = static_cast<uint8_t>(hslog::Tag::ShortAllocInfo);
-    static constexpr uint8_t kShortFreeTag = static_cast<uint8_t>(hslog::Tag::ShortFree);
-    static constexpr uint8_t kShortIdHighBits = 0x3f;
-
-    [[noreturn]] void corrupt(uint64_t offset, const std::string& what) {
-        throw Error(path_ + ": corrupt log: " + what + " in the frame at byte " + std::to_string(offset));
-    }
-
-    uint64_t advance(codec::Reader& r) {
-        units_ += r.varint();
-        now_ = units_ * hslog::kTimeUnitNs;
-        return now_;
-    }
-    uint64_t address(codec::Reader& r) {
-        addr_ += static_cast<uint64_t>(r.svarint());
-        return addr_;
-    }
-    // An event's stack: 0 (none) or an id defined before (kStackIdSlack).
-    uint32_t stack_ref(codec::Reader& r) {
-        uint64_t id = r.varint();
-        if (id > max_stack_) r.invalidate();
-        return static_cast<uint32_t>(id);
-    }
-
-    // The records that make up most of a log, kept out of the switch.
-    void alloc(codec::Reader& r, hslog::AllocFn fn, bool addressed) {
-        AllocEvent e;
-        e.fn = fn;
-        e.time_ns = now_;
-        if (addressed) {
-            e.address = address(r);
-            if (e.address == 0) r.invalidate();  // malloc's NULL is no block
-        }
-        e.size = r.varint();
-        e.stack = stack_ref(r);
-        e.thread = thread_;
-        summary_.events++;
-        if (!r.ok()) return;
-        if (addressed) {
-            if (!infos_.alloc_at(e.address)) return r.invalidate();  // already live: the writer frees first
-        } else {
-            e.info = infos_.define(fn, e.size, e.stack);
-        }
-        visitor_.on_alloc(e);
-    }
-    // AllocInfo and Free, long or short: `id` is decoded, `r` only checked.
-    void alloc_info(codec::Reader& r, uint64_t id) {
-        AllocEvent e;
-        summary_.events++;
-        if (!r.ok()) return;
-        const AllocInfo* info = infos_.alloc(id);
-        if (!info) return r.invalidate();  // an info no Alloc defined
-        e.time_ns = now_;
-        e.thread = thread_;
-        e.fn = info->fn;
-        e.info = static_cast<uint32_t>(id);
-        e.size = info->size;
-        e.stack = info->stack;
-        visitor_.on_alloc(e);
-    }
-    void free(codec::Reader& r, uint64_t id) {
-        FreeEvent e;
-        e.time_ns = now_;
-        e.thread = thread_;
-        summary_.events++;
-        if (!r.ok()) return;
-        if (id == 0 || !infos_.free(id)) return r.invalidate();  // no live block of that info
-        e.info = static_cast<uint32_t>(id);
-        visitor_.on_free(e);
-    }
-
-    bool record(hslog::Tag tag, codec::Reader& r) {
-        using hslog::Tag;
-        auto raw = static_cast<uint8_t>(tag);
-        if (!has_process_ && tag != Tag::Process) throw Error(path_ + ": corrupt log: no process record first");
-        if (has_process_ && tag == Tag::Process) throw Error(path_ + ": corrupt log: a second process record");
-        switch (tag) {
-            case Tag::Process: return process(r);
-            case Tag::ModuleLoad: {
-                ModuleRecord m;
-                m.time_ns = r.varint();
-                m.id = static_cast<uint32_t>(r.varint());
-                m.load_bias = r.varint();
-                m.start = r.varint();
-                m.end = r.varint();
-                m.path = std::string(r.str());
-                m.build_id = std::string(r.str());
-                if (r.ok()) visitor_.on_module_load(m);
-                return true;
-            }
-            case Tag::ModuleUnload: {
-                uint64_t t = r.varint();
-                auto id = static_cast<uint32_t>(r.varint());
-                if (r.ok()) visitor_.on_module_unload(id, t);
-                return true;
-            }
-            case Tag::Stack: {
-                uint64_t wide = r.varint();
-                if (wide == 0 || wide > stacks_ + kStackIdSlack) r.invalidate();
-                auto id = static_cast<uint32_t>(wide);
-                uint64_t n = r.count(2);
-                frames_.resize(n);
-                for (auto& f : frames_) {
-                    f.module = static_cast<uint32_t>(r.varint());
-                    f.vaddr = r.varint();
-                }
-                if (!r.ok()) return true;
-                stacks_++;
-                max_stack_ = std::max(max_stack_, id);
-                visitor_.on_stack(id, frames_);
-                return true;
-            }
-            case Tag::Thread:
-                thread_ = static_cast<uint32_t>(r.varint());
-                return true;
-            case Tag::ThreadStart: {
-                ThreadStartRecord t;
-                t.time_ns = advance(r);
-                t.thread = static_cast<uint32_t>(r.varint());
-                t.os_tid = r.varint();
-                t.stack_lo = r.varint();
-                t.stack_hi = r.varint();
-                if (r.ok()) visitor_.on_thread_start(t);
-                return true;
-            }
-            case Tag::ThreadExit: {
-                uint64_t t = advance(r);
-                auto thread = static_cast<uint32_t>(r.varint());
-                if (r.ok()) visitor_.on_thread_exit(thread, t);
-                return true;
-            }
-            case Tag::Alloc:
-            case Tag::AllocAt:
-            case Tag::AllocInfo:
-            case Tag::Free:
-            case Tag::ShortAllocInfo:
-            case Tag::ShortFree: break;  // decode() handles them
-            case Tag::FreeAt:
-            case Tag::FreeUnknown: {
-                FreeEvent e;
-                e.time_ns = now_;
-                e.address = address(r);
-                e.thread = thread_;
-                e.untracked = tag == Tag::FreeUnknown;
-                summary_.events++;
-                if (!r.ok()) return true;
-                if (!e.untracked && !infos_.free_at(e.address)) {  // no live addressed block there
-                    r.invalidate();
-                    return true;
-                }
-                visitor_.on_free(e);
-                return true;
-            }
-            case Tag::Time:
-                advance(r);
-                return true;
-            case Tag::Mmap: {
-                MmapEvent e;
-                e.time_ns = now_;
-                e.address = address(r);
-                e.length = r.varint();
-                e.prot = static_cast<uint32_t>(r.varint());
-                e.flags = static_cast<uint32_t>(r.varint());
-                e.stack = stack_ref(r);
-                e.thread = thread_;
-                summary_.events++;
-                if (r.ok()) visitor_.on_mmap(e);
-                return true;
-            }
-            case Tag::Munmap: {
-                MunmapEvent e;
-                e.time_ns = now_;
-                e.address = address(r);
-                e.length = r.varint();
-                e.thread = thread_;
-                summary_.events++;
-                if (r.ok()) visitor_.on_munmap(e);
-                return true;
-            }
-            case Tag::Marker: return marker(r);
-            case Tag::End: {
-                EndRecord e;
-                e.time_ns = advance(r);
-                e.reason = static_cast<hslog::EndReason>(r.u8());
-                e.events = r.varint();
-                if (r.ok()) {
-                    summary_.complete = true;
-                    visitor_.on_end(e);
-                }
-                return true;
-            }
-        }
-        if (static_cast<uint8_t>(raw - kAllocTag) < hslog::kAllocFnCount ||
-            static_cast<uint8_t>(raw - kAllocAtTag) < hslog::kAllocFnCount) {
-            alloc(r, static_cast<hslog::AllocFn>(raw & 0x0f), raw >= kAllocAtTag);
-            return true;
-        }
-        throw Error(path_ + ": corrupt log: unknown record tag " + std::to_string(static_cast<int>(tag)));
-    }
-
-    bool process(codec::Reader& r) {
-        ProcessInfo p;
-        p.recorder_version = std::string(r.str());
-        p.pid = r.varint();
-        p.ppid = r.varint();
-        p.uid = r.varint();
-        p.start_realtime_ns = r.varint();
-        p.start_ns = r.varint();
-        p.page_size = r.varint();
-        p.unwind = static_cast<hslog::UnwindMode>(r.u8());
-        p.max_depth = static_cast<uint32_t>(r.varint());
-        p.exe = std::string(r.str());
-        std::string_view cmdline = r.str();
-        while (!cmdline.empty()) {
-            size_t nul = cmdline.find('\0');
-            p.argv.emplace_back(cmdline.substr(0, nul));
-            if (nul == std::string_view::npos) break;
-            cmdline.remove_prefix(nul + 1);
-        }
-        p.sample_bytes = r.varint();
-        if (p.sample_bytes > hslog::kMaxSampleBytes) throw Error(path_ + ": corrupt log: sample_bytes out of range");
-        if (!r.ok()) return true;
-        units_ = p.start_ns / hslog::kTimeUnitNs;
-        now_ = p.start_ns;
-        has_process_ = true;
-        visitor_.on_process(p);
-        return true;
-    }
-
-    bool marker(codec::Reader& r) {
-        MarkerRecord m;
-        m.time_ns = advance(r);
-        m.thread = static_cast<uint32_t>(r.varint());
-        m.events = r.varint();
-        m.index = static_cast<uint32_t>(r.varint());
-        m.cause = static_cast<hslog::MarkerCause>(r.u8());
-        m.label = std::string(r.str());
-        m.rss_kb = r.varint();
-        m.threads = static_cast<uint32_t>(r.varint());
-        m.recorder_bytes = r.varint();
-        m.malloc.arena = r.varint();
-        m.malloc.ordblks = r.varint();
-        m.malloc.hblks = r.varint();
-        m.malloc.hblkhd = r.varint();
-        m.malloc.uordblks = r.varint();
-        m.malloc.fordblks = r.varint();
-        m.malloc.keepcost = r.varint();
-        uint32_t regions = r.u32le();
-        if (regions > r.remaining() / 11) {  // more than the frame could hold
-            r.invalidate();
-            regions = 0;
-        }
-        m.regions.reserve(regions);
-        uint64_t prev_end = 0;
-        for (uint32_t i = 0; i < regions && r.ok(); ++i) {
-            MapRegion g;
-            g.start = prev_end + static_cast<uint64_t>(r.svarint());
-            g.end = g.start + r.varint();
-            g.perms = r.u8();
-            g.hint = static_cast<hslog::RegionHint>(r.u8());
-            g.offset = r.varint();
-            g.inode = r.varint();
-            g.path = std::string(r.str());
-            g.rss_kb = r.varint();
-            g.pss_kb = r.varint();
-            g.private_dirty_kb = r.varint();
-            g.swap_kb = r.varint();
-            prev_end = g.end;
-            m.regions.push_back(std::move(g));
-        }
-        if (r.ok()) visitor_.on_marker(m);
-        return true;
-    }
-
-    const std::string& path_;
-    LogVisitor& visitor_;
-    ReadSummary& summary_;
-    bool has_process_ = false;
-    bool frame_done_ = false;
-    uint64_t now_ = 0;
-    uint64_t units_ = 0;  // now_ in hslog::kTimeUnitNs
-    uint64_t addr_ = 0;
-    uint32_t thread_ = 0;
-    uint64_t stacks_ = 0;
-    uint32_t max_stack_ = 0;
-    AllocInfos infos_;
-    std::vector<StackFrame> frames_;
-};
-
-}  // namespace
-
-std::vector<uint64_t> AllocInfos::addressed() const {
-    std::vector<uint64_t> out;
-    out.reserve(addressed_.size());
-    addressed_.for_each([&](uint64_t address, uint8_t) { out.push_back(address); });
-    return out;
-}
-
-bool AllocInfos::restore(std::vector<AllocInfo> infos, const std::vector<uint64_t>& addressed) {
-    if (infos.empty() || infos[0].live != 0) return false;
-    infos_ = std::move(infos);
-    addressed_ = FlatMap<uint8_t>();
-    for (uint64_t address : addressed)
-        if (address == 0 || !addressed_.insert(address, 1)) return false;
-    return true;
-}
-
-namespace {
-
 // "heapsnap: reading LOG: 42% (12.3 M events)" on a terminal, for reads
 // that take more than a second; nothing when stderr is a pipe or a file.
 class Progress {
@@ -469,9 +94,235 @@ private:
     timespec start_{};
 };
 
-ReadSummary read_frames(const std::string& path, LogVisitor& visitor, const StreamPosition* from) {
-    MappedFile file(path);
-    ReadSummary summary;
+}  // namespace
+
+void RecordStream::corrupt(uint64_t offset, const std::string& what) const {
+    throw Error(path_ + ": corrupt log: " + what + " in the frame at byte " + std::to_string(offset));
+}
+
+void RecordStream::resume(const StreamPosition& at) {
+    has_process_ = true;
+    now_ = at.time_ns;
+    units_ = at.time_ns / hslog::kTimeUnitNs;
+    addr_ = at.address;
+    thread_ = at.thread;
+    stacks_ = at.stacks;
+    max_stack_ = at.max_stack;
+    if (!infos_.restore(at.infos, at.addressed))
+        throw Error(path_ + ": the checkpoint's allocation infos are inconsistent");
+}
+
+void RecordStream::record(hslog::Tag tag, codec::Reader& r, LogVisitor& visitor) {
+    using hslog::Tag;
+    if (!has_process_ && tag != Tag::Process) throw Error(path_ + ": corrupt log: no process record first");
+    if (has_process_ && tag == Tag::Process) throw Error(path_ + ": corrupt log: a second process record");
+    switch (tag) {
+        case Tag::Process: return process(r, visitor);
+        case Tag::ModuleLoad: {
+            ModuleRecord m;
+            m.time_ns = r.varint();
+            m.id = static_cast<uint32_t>(r.varint());
+            m.load_bias = r.varint();
+            m.start = r.varint();
+            m.end = r.varint();
+            m.path = std::string(r.str());
+            m.build_id = std::string(r.str());
+            if (r.ok()) visitor.on_module_load(m);
+            return;
+        }
+        case Tag::ModuleUnload: {
+            uint64_t t = r.varint();
+            auto id = static_cast<uint32_t>(r.varint());
+            if (r.ok()) visitor.on_module_unload(id, t);
+            return;
+        }
+        case Tag::Stack: {
+            uint64_t wide = r.varint();
+            if (wide == 0 || wide > stacks_ + kStackIdSlack) r.invalidate();
+            auto id = static_cast<uint32_t>(wide);
+            uint64_t n = r.count(2);
+            frames_.resize(n);
+            for (auto& f : frames_) {
+                f.module = static_cast<uint32_t>(r.varint());
+                f.vaddr = r.varint();
+            }
+            if (!r.ok()) return;
+            stacks_++;
+            max_stack_ = std::max(max_stack_, id);
+            visitor.on_stack(id, frames_);
+            return;
+        }
+        case Tag::Thread:
+            thread_ = static_cast<uint32_t>(r.varint());
+            return;
+        case Tag::ThreadStart: {
+            ThreadStartRecord t;
+            t.time_ns = advance(r);
+            t.thread = static_cast<uint32_t>(r.varint());
+            t.os_tid = r.varint();
+            t.stack_lo = r.varint();
+            t.stack_hi = r.varint();
+            if (r.ok()) visitor.on_thread_start(t);
+            return;
+        }
+        case Tag::ThreadExit: {
+            uint64_t t = advance(r);
+            auto thread = static_cast<uint32_t>(r.varint());
+            if (r.ok()) visitor.on_thread_exit(thread, t);
+            return;
+        }
+        case Tag::Alloc:
+        case Tag::AllocAt:
+        case Tag::AllocInfo:
+        case Tag::Free:
+        case Tag::ShortAllocInfo:
+        case Tag::ShortFree: break;  // decode() handles them
+        case Tag::FreeAt:
+        case Tag::FreeUnknown: {
+            FreeEvent e;
+            e.time_ns = now_;
+            e.address = address(r);
+            e.thread = thread_;
+            e.untracked = tag == Tag::FreeUnknown;
+            events_++;
+            if (!r.ok()) return;
+            if (!e.untracked && !infos_.free_at(e.address)) {  // no live addressed block there
+                r.invalidate();
+                return;
+            }
+            visitor.on_free(e);
+            return;
+        }
+        case Tag::Time:
+            advance(r);
+            return;
+        case Tag::Mmap: {
+            MmapEvent e;
+            e.time_ns = now_;
+            e.address = address(r);
+            e.length = r.varint();
+            e.prot = static_cast<uint32_t>(r.varint());
+            e.flags = static_cast<uint32_t>(r.varint());
+            e.stack = stack_ref(r);
+            e.thread = thread_;
+            events_++;
+            if (r.ok()) visitor.on_mmap(e);
+            return;
+        }
+        case Tag::Munmap: {
+            MunmapEvent e;
+            e.time_ns = now_;
+            e.address = address(r);
+            e.length = r.varint();
+            e.thread = thread_;
+            events_++;
+            if (r.ok()) visitor.on_munmap(e);
+            return;
+        }
+        case Tag::Marker: return marker(r, visitor);
+        case Tag::End: {
+            EndRecord e;
+            e.time_ns = advance(r);
+            e.reason = static_cast<hslog::EndReason>(r.u8());
+            e.events = r.varint();
+            if (r.ok()) {
+                summary_.complete = true;
+                visitor.on_end(e);
+            }
+            return;
+        }
+    }
+    throw Error(path_ + ": corrupt log: unknown record tag " + std::to_string(static_cast<int>(tag)));
+}
+
+void RecordStream::process(codec::Reader& r, LogVisitor& visitor) {
+    ProcessInfo p;
+    p.recorder_version = std::string(r.str());
+    p.pid = r.varint();
+    p.ppid = r.varint();
+    p.uid = r.varint();
+    p.start_realtime_ns = r.varint();
+    p.start_ns = r.varint();
+    p.page_size = r.varint();
+    p.unwind = static_cast<hslog::UnwindMode>(r.u8());
+    p.max_depth = static_cast<uint32_t>(r.varint());
+    p.exe = std::string(r.str());
+    std::string_view cmdline = r.str();
+    while (!cmdline.empty()) {
+        size_t nul = cmdline.find('\0');
+        p.argv.emplace_back(cmdline.substr(0, nul));
+        if (nul == std::string_view::npos) break;
+        cmdline.remove_prefix(nul + 1);
+    }
+    p.sample_bytes = r.varint();
+    if (p.sample_bytes > hslog::kMaxSampleBytes) throw Error(path_ + ": corrupt log: sample_bytes out of range");
+    if (!r.ok()) return;
+    units_ = p.start_ns / hslog::kTimeUnitNs;
+    now_ = p.start_ns;
+    has_process_ = true;
+    visitor.on_process(p);
+    return;
+}
+
+void RecordStream::marker(codec::Reader& r, LogVisitor& visitor) {
+    MarkerRecord m;
+    m.time_ns = advance(r);
+    m.thread = static_cast<uint32_t>(r.varint());
+    m.events = r.varint();
+    m.index = static_cast<uint32_t>(r.varint());
+    m.cause = static_cast<hslog::MarkerCause>(r.u8());
+    m.label = std::string(r.str());
+    m.rss_kb = r.varint();
+    m.threads = static_cast<uint32_t>(r.varint());
+    m.recorder_bytes = r.varint();
+    m.malloc.arena = r.varint();
+    m.malloc.ordblks = r.varint();
+    m.malloc.hblks = r.varint();
+    m.malloc.hblkhd = r.varint();
+    m.malloc.uordblks = r.varint();
+    m.malloc.fordblks = r.varint();
+    m.malloc.keepcost = r.varint();
+    uint32_t regions = r.u32le();
+    if (regions > r.remaining() / 11) {  // more than the frame could hold
+        r.invalidate();
+        regions = 0;
+    }
+    m.regions.reserve(regions);
+    uint64_t prev_end = 0;
+    for (uint32_t i = 0; i < regions && r.ok(); ++i) {
+        MapRegion g;
+        g.start = prev_end + static_cast<uint64_t>(r.svarint());
+        g.end = g.start + r.varint();
+        g.perms = r.u8();
+        g.hint = static_cast<hslog::RegionHint>(r.u8());
+        g.offset = r.varint();
+        g.inode = r.varint();
+        g.path = std::string(r.str());
+        g.rss_kb = r.varint();
+        g.pss_kb = r.varint();
+        g.private_dirty_kb = r.varint();
+        g.swap_kb = r.varint();
+        prev_end = g.end;
+        m.regions.push_back(std::move(g));
+    }
+    if (r.ok()) visitor.on_marker(m);
+    return;
+}
+
+struct LogFrames::State {
+    State(const std::string& p) : path(p), file(p), progress(p, file.size()) {}
+
+    const std::string& path;
+    MappedFile file;
+    Progress progress;
+    std::unique_ptr<ZSTD_DCtx, DctxFree> dctx{ZSTD_createDCtx()};
+    std::vector<uint8_t> payload;
+    size_t offset = hslog::kHeaderSize;
+};
+
+LogFrames::LogFrames(const std::string& path, ReadSummary& summary, const StreamPosition* from)
+    : state_(std::make_unique<State>(path)), summary_(summary) {
+    const MappedFile& file = state_->file;
     summary.file_bytes = file.size();
     const uint8_t* data = file.data();
     if (file.size() < hslog::kHeaderSize || std::memcmp(data, hslog::kMagic, sizeof hslog::kMagic) != 0) {
@@ -485,65 +336,73 @@ ReadSummary read_frames(const std::string& path, LogVisitor& visitor, const Stre
     if (version != hslog::kLogVersion)
         throw Error(path + ": unsupported log format version " + std::to_string(version) + " (this heapsnap reads version " +
                     std::to_string(hslog::kLogVersion) + ")");
-
-    std::unique_ptr<ZSTD_DCtx, DctxFree> dctx(ZSTD_createDCtx());
-    Progress progress(path, file.size());
-    std::vector<uint8_t> payload;
-    RecordDecoder decoder(path, visitor, summary);
-    size_t offset = hslog::kHeaderSize;
     if (from) {
         if (from->offset < hslog::kHeaderSize || from->offset > file.size())
             throw Error(path + ": the log is shorter than a checkpoint of it says (was it replaced?)");
-        decoder.resume(*from);
-        offset = from->offset;
+        state_->offset = from->offset;
     }
-    summary.bytes_read = offset;
-    while (offset < file.size()) {
-        const uint8_t* frame = data + offset;
-        size_t left = file.size() - offset;
-        size_t frame_size = ZSTD_findFrameCompressedSize(frame, left);
-        if (ZSTD_isError(frame_size)) {
-            // Either the writer was cut off inside this frame, or garbage: a
-            // frame header that is valid (or a valid beginning of one) but
-            // lacks bytes is a truncation; anything else is corruption.
-            ZSTD_frameHeader fh;
-            size_t header = ZSTD_getFrameHeader(&fh, frame, left);
-            if (ZSTD_isError(header) || (header == 0 && fh.frameType != ZSTD_frame))
-                throw Error(path + ": corrupt log: bad frame at byte " + std::to_string(offset));
-            summary.truncated = true;
-            break;
-        }
-        unsigned long long content = ZSTD_getFrameContentSize(frame, frame_size);
-        if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN ||
-            content > hslog::kMaxFramePayload)
-            throw Error(path + ": corrupt log: bad frame header at byte " + std::to_string(offset));
-        payload.resize(content);
-        size_t got = ZSTD_decompressDCtx(dctx.get(), payload.data(), payload.size(), frame, frame_size);
-        if (ZSTD_isError(got) || got != content)
-            throw Error(path + ": corrupt log: frame at byte " + std::to_string(offset) + " does not decompress (" +
-                        ZSTD_getErrorName(got) + ")");
-        summary.frames++;
-        progress.update(offset, summary.events);
-        bool keep_going = decoder.decode(payload.data(), payload.size(), offset);
-        offset += frame_size;
-        summary.bytes_read = offset;
-        if (!keep_going) {
-            summary.stopped = true;
-            summary.resumable = decoder.frame_done();
-            summary.resume = decoder.position(offset);
-            break;
-        }
-    }
-    if (!decoder.has_process()) throw Error(path + ": truncated heapsnap log: no complete frame");
-    return summary;
+    summary.bytes_read = state_->offset;
 }
 
-}  // namespace
+LogFrames::~LogFrames() = default;
 
-ReadSummary read_log(const std::string& path, LogVisitor& visitor) { return read_frames(path, visitor, nullptr); }
+bool LogFrames::next(Frame& out, uint64_t events) {
+    State& s = *state_;
+    const std::string& path = s.path;
+    size_t offset = s.offset;
+    if (offset >= s.file.size()) return false;
+    const uint8_t* frame = s.file.data() + offset;
+    size_t left = s.file.size() - offset;
+    size_t frame_size = ZSTD_findFrameCompressedSize(frame, left);
+    if (ZSTD_isError(frame_size)) {
+        // Either the writer was cut off inside this frame, or garbage: a
+        // frame header that is valid (or a valid beginning of one) but
+        // lacks bytes is a truncation; anything else is corruption.
+        ZSTD_frameHeader fh;
+        size_t header = ZSTD_getFrameHeader(&fh, frame, left);
+        if (ZSTD_isError(header) || (header == 0 && fh.frameType != ZSTD_frame))
+            throw Error(path + ": corrupt log: bad frame at byte " + std::to_string(offset));
+        summary_.truncated = true;
+        return false;
+    }
+    unsigned long long content = ZSTD_getFrameContentSize(frame, frame_size);
+    if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN || content > hslog::kMaxFramePayload)
+        throw Error(path + ": corrupt log: bad frame header at byte " + std::to_string(offset));
+    s.payload.resize(content);
+    size_t got = ZSTD_decompressDCtx(s.dctx.get(), s.payload.data(), s.payload.size(), frame, frame_size);
+    if (ZSTD_isError(got) || got != content)
+        throw Error(path + ": corrupt log: frame at byte " + std::to_string(offset) + " does not decompress (" +
+                    ZSTD_getErrorName(got) + ")");
+    summary_.frames++;
+    s.progress.update(offset, events);
+    s.offset = offset + frame_size;
+    // The frame counts as read once its records are handed out: a
+    // corrupt record in it throws, and a stop inside it is not resumable.
+    summary_.bytes_read = s.offset;
+    out = Frame{s.payload, offset, s.offset};
+    return true;
+}
+
+std::vector<uint64_t> AllocInfos::addressed() const {
+    std::vector<uint64_t> out;
+    out.reserve(addressed_.size());
+    addressed_.for_each([&](uint64_t address, uint8_t) { out.push_back(address); });
+    return out;
+}
+
+bool AllocInfos::restore(std::vector<AllocInfo> infos, const std::vector<uint64_t>& addressed) {
+    if (infos.empty() || infos[0].live != 0) return false;
+    infos_ = std::move(infos);
+    addressed_ = FlatMap<uint8_t>();
+    for (uint64_t address : addressed)
+        if (address == 0 || !addressed_.insert(address, 1)) return false;
+    return true;
+}
+
+ReadSummary read_log(const std::string& path, LogVisitor& visitor) { return read_log_as(path, visitor); }
 
 ReadSummary read_log_from(const std::string& path, LogVisitor& visitor, const StreamPosition& from) {
-    return read_frames(path, visitor, &from);
+    return read_log_as(path, visitor, &from);
 }
 
 }  // namespace heapsnap

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "format/log_decoder.h"
 #include "replay/checkpoint.h"
 #include "replay/replay.h"
 #include "util/error.h"
@@ -28,7 +29,7 @@ bool all_digits(const std::string& s) {
 }
 
 // Replays up to the chosen moment and keeps the snapshot taken there.
-class MomentReplay : public Replay {
+class MomentReplay final : public Replay {
 public:
     MomentReplay(const Moment& moment, uint64_t stop_after_events)
         : moment_(moment), stop_after_events_(stop_after_events) {}
@@ -112,7 +113,7 @@ private:
 };
 
 // Finds how many events had been replayed when live heap bytes peaked.
-class PeakFinder : public Replay {
+class PeakFinder final : public Replay {
 public:
     void on_alloc(const AllocEvent& e) override {
         Replay::on_alloc(e);
@@ -194,7 +195,7 @@ Snapshot snapshot_at(const std::string& log, const Moment& moment) {
     uint64_t stop_after = 0;
     if (moment.kind == Moment::Kind::Peak) {
         PeakFinder finder;
-        read_log(log, finder);
+        read_log_as(log, finder);
         stop_after = finder.events_at_peak();
         if (!stop_after) throw Error(log + ": no heap allocation in the log, so no peak");
     }
@@ -204,9 +205,9 @@ Snapshot snapshot_at(const std::string& log, const Moment& moment) {
     ReadSummary summary;
     if (checkpoint && after_checkpoint(moment, *checkpoint)) {
         replay.restore(*checkpoint);
-        summary = read_log_from(log, replay, checkpoint->position);
+        summary = read_log_as(log, replay, &checkpoint->position);
     } else {
-        summary = read_log(log, replay);
+        summary = read_log_as(log, replay);
     }
     if (replay.taken() && summary.resumable && checkpoints_enabled())
         save_checkpoint(log, summary.resume, replay.seen(), replay);
@@ -227,7 +228,7 @@ Snapshot snapshot_at(const std::string& log, const Moment& moment) {
 }
 
 MarkerListing list_markers(const std::string& log) {
-    class Lister : public Replay {
+    class Lister final : public Replay {
     public:
         void on_marker(const MarkerRecord& m) override {
             MarkerRow row;
@@ -242,7 +243,7 @@ MarkerListing list_markers(const std::string& log) {
         }
         std::vector<MarkerRow> rows;
     } lister;
-    ReadSummary summary = read_log(log, lister);
+    ReadSummary summary = read_log_as(log, lister);
     MarkerListing listing;
     listing.process = lister.process();
     listing.rows = std::move(lister.rows);

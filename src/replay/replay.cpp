@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "replay/sampling.h"
+#include "format/log_decoder.h"
 
 namespace heapsnap {
 
@@ -35,85 +35,21 @@ void Replay::grow_stack_totals(uint32_t stack) {
     per_stack_.resize(std::max<size_t>(stack + 1, per_stack_.size() * 2));
 }
 
-void Replay::add_block(uint32_t info, uint64_t address, uint64_t size, uint64_t time_ns, uint32_t stack,
-                       uint32_t weight) {
-    uint32_t slot = free_slot_;
-    if (slot) {
-        free_slot_ = blocks_[slot].below;
-    } else {
-        slot = static_cast<uint32_t>(blocks_.size());
-        blocks_.emplace_back();
-    }
-    // Field by field: copying a whole LiveBlock built on the stack stalls
-    // store forwarding, and this runs once per allocation.
-    LiveBlock& b = blocks_[slot];
-    b.size = size;
-    b.time_ns = time_ns;
-    b.stack = stack;
-    b.weight = weight;
-    b.info = info;
-    if (info) [[likely]] {
-        if (info >= info_top_.size()) [[unlikely]]
-            info_top_.resize(std::max<size_t>(info + 1, info_top_.size() * 2));
-        b.below = info_top_[info];
-        info_top_[info] = slot;
-    } else {
-        b.below = 0;
-        bool fresh = false;
-        uint32_t* held = block_address_.slot(address, &fresh);
-        // Cannot happen with the reader's AllocInfos (the writer frees a
-        // block before reusing its address); a checkpoint could say so.
-        if (!fresh) [[unlikely]]
-            remove_block(*held);
-        *held = slot;
-    }
-    last_added_ = slot;
-    StackTotals& t = stack_totals(stack);
-    t.bytes += b.bytes();
-    t.blocks += weight;
-    totals_.live_bytes += b.bytes();
-    totals_.live_blocks += weight;
+// A block named by its address: into the address table at `slot`.
+void Replay::hold_address(uint64_t address, uint32_t slot) {
+    bool fresh = false;
+    uint32_t* held = block_address_.slot(address, &fresh);
+    // Cannot happen with the reader's AllocInfos (the writer frees a
+    // block before reusing its address); a checkpoint could say so.
+    if (!fresh) [[unlikely]]
+        remove_block(*held);
+    *held = slot;
 }
 
-// Takes the block out of the totals and returns its slot to the pool; the
-// caller has unlinked it from its info or its address.
-void Replay::remove_block(uint32_t slot) {
-    LiveBlock& b = blocks_[slot];
-    StackTotals& t = stack_totals(b.stack);
-    t.bytes -= b.bytes();
-    t.blocks -= b.weight;
-    totals_.live_bytes -= b.bytes();
-    totals_.live_blocks -= b.weight;
-    b.weight = 0;
-    b.below = free_slot_;
-    free_slot_ = slot;
-}
-
-void Replay::on_alloc(const AllocEvent& e) {
-    note_time(e.time_ns);
-    totals_.events++;
-    // The event's index salts the rounding of its weight: a log always
-    // replays to the same estimates (replay/sampling.h).
-    auto weight = static_cast<uint32_t>(sample_weight(e.size, process_.sample_bytes, totals_.events));
-    totals_.allocations += weight;
-    add_block(e.info, e.address, e.size, e.time_ns, e.stack, weight);
-    if (totals_.live_bytes > totals_.peak_bytes) {
-        totals_.peak_bytes = totals_.live_bytes;
-        totals_.peak_time_ns = e.time_ns;
-    }
-}
-
-void Replay::on_free(const FreeEvent& e) {
-    note_time(e.time_ns);
-    totals_.events++;
+void Replay::free_addressed(const FreeEvent& e) {
     uint32_t slot = 0;
-    if (e.info) [[likely]] {
-        // The newest live block of the info (formats/hslog.md: LIFO within an info).
-        if (e.info < info_top_.size() && (slot = info_top_[e.info])) info_top_[e.info] = blocks_[slot].below;
-    } else if (!e.untracked) {
-        block_address_.erase(e.address, &slot);
-    }
-    if (!slot) [[unlikely]] {
+    if (!e.untracked) block_address_.erase(e.address, &slot);
+    if (!slot) {
         totals_.untracked_frees++;
         return;
     }
@@ -466,12 +402,12 @@ Snapshot HistoryReplay::peak() const {
 }
 
 std::vector<Snapshot> snapshot_every_marker(const std::string& log) {
-    class EveryMarker : public Replay {
+    class EveryMarker final : public Replay {
     public:
         void on_marker(const MarkerRecord& m) override { snapshots.push_back(snapshot(m, true)); }
         std::vector<Snapshot> snapshots;
     } replay;
-    read_log(log, replay);
+    read_log_as(log, replay);
     for (Snapshot& s : replay.snapshots) s.source = log;
     return std::move(replay.snapshots);
 }

@@ -27,6 +27,7 @@
 // ignored.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstdint>
@@ -38,6 +39,7 @@
 
 #include "format/log_reader.h"
 #include "format/snapshot_file.h"
+#include "replay/sampling.h"
 #include "replay/stacks.h"
 #include "util/flat_map.h"
 
@@ -127,6 +129,9 @@ private:
     void note_time(uint64_t t) { last_time_ns_ = t; }
     void add_block(uint32_t info, uint64_t address, uint64_t size, uint64_t time_ns, uint32_t stack, uint32_t weight);
     void remove_block(uint32_t slot);
+    // The rare blocks named by their address, out of line.
+    void hold_address(uint64_t address, uint32_t slot);
+    void free_addressed(const FreeEvent& e);
 
     std::vector<LiveBlock> blocks_ = std::vector<LiveBlock>(1);  // the pool, by slot; slot 0 is never used
     uint32_t free_slot_ = 0;           // first free slot, the others chained through `below`
@@ -139,6 +144,86 @@ private:
     std::map<uint32_t, SnapshotModule> modules_;
     std::map<uint32_t, ThreadStartRecord> threads_;  // live threads
 };
+
+// ---- The replay's hot path, inline so that a `final` visitor read through
+// read_log_as (format/log_decoder.h) runs it without a call per event.
+
+[[gnu::always_inline]] inline void Replay::add_block(uint32_t info, uint64_t address, uint64_t size, uint64_t time_ns, uint32_t stack,
+                              uint32_t weight) {
+    uint32_t slot = free_slot_;
+    if (slot) {
+        free_slot_ = blocks_[slot].below;
+    } else {
+        slot = static_cast<uint32_t>(blocks_.size());
+        blocks_.emplace_back();
+    }
+    // Field by field: copying a whole LiveBlock built on the stack stalls
+    // store forwarding, and this runs once per allocation.
+    LiveBlock& b = blocks_[slot];
+    b.size = size;
+    b.time_ns = time_ns;
+    b.stack = stack;
+    b.weight = weight;
+    b.info = info;
+    if (info) [[likely]] {
+        if (info >= info_top_.size()) [[unlikely]]
+            info_top_.resize(std::max<size_t>(info + 1, info_top_.size() * 2));
+        b.below = info_top_[info];
+        info_top_[info] = slot;
+    } else {
+        b.below = 0;
+        hold_address(address, slot);
+    }
+    last_added_ = slot;
+    StackTotals& t = stack_totals(stack);
+    t.bytes += b.bytes();
+    t.blocks += weight;
+    totals_.live_bytes += b.bytes();
+    totals_.live_blocks += weight;
+}
+
+// Takes the block out of the totals and returns its slot to the pool; the
+// caller has unlinked it from its info or its address.
+[[gnu::always_inline]] inline void Replay::remove_block(uint32_t slot) {
+    LiveBlock& b = blocks_[slot];
+    StackTotals& t = stack_totals(b.stack);
+    t.bytes -= b.bytes();
+    t.blocks -= b.weight;
+    totals_.live_bytes -= b.bytes();
+    totals_.live_blocks -= b.weight;
+    b.weight = 0;
+    b.below = free_slot_;
+    free_slot_ = slot;
+}
+
+[[gnu::always_inline]] inline void Replay::on_alloc(const AllocEvent& e) {
+    note_time(e.time_ns);
+    totals_.events++;
+    // The event's index salts the rounding of its weight: a log always
+    // replays to the same estimates (replay/sampling.h).
+    auto weight = static_cast<uint32_t>(sample_weight(e.size, process_.sample_bytes, totals_.events));
+    totals_.allocations += weight;
+    add_block(e.info, e.address, e.size, e.time_ns, e.stack, weight);
+    if (totals_.live_bytes > totals_.peak_bytes) {
+        totals_.peak_bytes = totals_.live_bytes;
+        totals_.peak_time_ns = e.time_ns;
+    }
+}
+
+[[gnu::always_inline]] inline void Replay::on_free(const FreeEvent& e) {
+    note_time(e.time_ns);
+    totals_.events++;
+    if (!e.info) [[unlikely]]
+        return free_addressed(e);
+    // The newest live block of the info (formats/hslog.md: LIFO within an info).
+    uint32_t slot = e.info < info_top_.size() ? info_top_[e.info] : 0;
+    if (!slot) [[unlikely]] {
+        totals_.untracked_frees++;
+        return;
+    }
+    info_top_[e.info] = blocks_[slot].below;
+    remove_block(slot);
+}
 
 // ---- History: what `heapsnap report LOG@MARKER` shows beyond the live set --
 
@@ -197,7 +282,7 @@ struct StackActivity {
 //   pass: changes since the last peak are kept per stack and folded into
 //   the peak state whenever a new peak is reached, so each event is folded
 //   at most once.
-class HistoryReplay : public Replay {
+class HistoryReplay final : public Replay {
 public:
     // Applies the first `stop_after_events` alloc/free/mmap/munmap events
     // of the log and stops: the moment of a snapshot whose totals.events is

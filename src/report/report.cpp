@@ -7,7 +7,7 @@
 #include <map>
 #include <tuple>
 
-#include "format/log_reader.h"
+#include "format/log_decoder.h"
 #include "report/render.h"
 #include "util/error.h"
 #include "util/human.h"
@@ -220,7 +220,7 @@ const SymbolFrame* allocating_frame(const std::vector<SymbolFrame>& frames) {
 
 ReportHistory replay_history(const std::string& log, const Snapshot& moment) {
     HistoryReplay replay(moment.totals.events);
-    read_log(log, replay);
+    read_log_as(log, replay);
     replay.finish();
     if (replay.totals().events != moment.totals.events)
         throw Error(fmt::format("{}: the log ends after {} events, before the moment (event {})", log,
