@@ -21,10 +21,18 @@ struct Entry {
     uint32_t n;
 };
 
+// A slot holds a stack's id in its low half and the high half of the
+// stack's hash in its high half, so a probe compares hashes without
+// touching the stack's entry (a cache miss on a compiler's 90 000 stacks);
+// 0 is empty. A stack's home slot comes from the hash's low bits above bit
+// 0, which is always set.
 struct Table {
-    std::atomic<uint32_t>* slots;
+    std::atomic<uint64_t>* slots;
     uint64_t mask;
 };
+
+uint64_t home(uint64_t hash, uint64_t mask) { return (hash >> 1) & mask; }
+uint64_t slot_value(uint32_t id, uint64_t hash) { return (hash & 0xffffffff00000000ull) | id; }
 
 constexpr uint32_t kChunkBits = 16;
 constexpr uint32_t kChunkSize = 1u << kChunkBits;
@@ -51,18 +59,20 @@ const Entry& entry(uint32_t id) { return g_chunks[(id - 1) >> kChunkBits][(id - 
 
 uint32_t find(const Table* table, uint64_t hash, const uint64_t* ips, uint32_t n) {
     if (!table) return 0;
-    for (uint64_t i = hash & table->mask;; i = (i + 1) & table->mask) {
-        uint32_t id = table->slots[i].load(std::memory_order_acquire);
-        if (!id) return 0;
+    for (uint64_t i = home(hash, table->mask);; i = (i + 1) & table->mask) {
+        uint64_t v = table->slots[i].load(std::memory_order_acquire);
+        if (!v) return 0;
+        if ((v ^ hash) >> 32) continue;
+        auto id = static_cast<uint32_t>(v);
         const Entry& e = entry(id);
         if (e.hash == hash && e.n == n && std::memcmp(e.ips, ips, n * sizeof(uint64_t)) == 0) return id;
     }
 }
 
 void place(Table* table, uint32_t id, uint64_t hash) {
-    uint64_t i = hash & table->mask;
+    uint64_t i = home(hash, table->mask);
     while (table->slots[i].load(std::memory_order_relaxed)) i = (i + 1) & table->mask;
-    table->slots[i].store(id, std::memory_order_release);
+    table->slots[i].store(slot_value(id, hash), std::memory_order_release);
 }
 
 bool grow_table_if_needed() {
@@ -71,7 +81,7 @@ bool grow_table_if_needed() {
     if (old && (g_count + 1) * 2 <= capacity) return true;
     uint64_t fresh_capacity = capacity ? capacity * 2 : (1u << 16);
     auto* table = static_cast<Table*>(raw_map(sizeof(Table)));
-    auto* slots = static_cast<std::atomic<uint32_t>*>(raw_map(fresh_capacity * sizeof(uint32_t)));
+    auto* slots = static_cast<std::atomic<uint64_t>*>(raw_map(fresh_capacity * sizeof(uint64_t)));
     if (!table || !slots) return false;
     table->slots = slots;
     table->mask = fresh_capacity - 1;

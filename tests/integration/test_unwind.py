@@ -64,8 +64,15 @@ class UnwindTest(HeapsnapTest):
             self.assertEqual(list(outer["worker_main"])[0][0], "start_thread")
         return paths
 
+    def assert_stacks_defined_once(self, log):
+        """The recorder interns stacks: each distinct one is defined once."""
+        stacks = collections.Counter(fields["frames"] for kind, fields in self.dump(log) if kind == "stack")
+        self.assertGreater(len(stacks), 500)
+        self.assertEqual([frames for frames, n in stacks.items() if n > 1], [], "stacks defined twice")
+
     def assert_exact(self, mode, shapes, check_outer_frames=True):
         log, expected = self.record_shapes(mode, shapes)
+        self.assert_stacks_defined_once(log)
         recorded = self.recorded_paths(log, check_outer_frames)
         missing = {p: v for p, v in expected.items() if recorded.get(p) != v}
         extra = {p: v for p, v in recorded.items() if expected.get(p) != v}
