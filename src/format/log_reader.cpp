@@ -401,8 +401,4 @@ bool AllocInfos::restore(std::vector<AllocInfo> infos, const std::vector<uint64_
 
 ReadSummary read_log(const std::string& path, LogVisitor& visitor) { return read_log_as(path, visitor); }
 
-ReadSummary read_log_from(const std::string& path, LogVisitor& visitor, const StreamPosition& from) {
-    return read_log_as(path, visitor, &from);
-}
-
 }  // namespace heapsnap

@@ -275,12 +275,9 @@ inline constexpr uint32_t kStackIdSlack = 1u << 16;
 
 // Reads `path` from the start and feeds `visitor`. Throws heapsnap::Error for
 // a file that is not a heapsnap log, has an unsupported version, or holds a
-// corrupt frame.
+// corrupt frame. read_log_as (format/log_decoder.h) does the same for a
+// visitor class known at compile time, and continues a read from a
+// position an earlier read reported as resumable.
 ReadSummary read_log(const std::string& path, LogVisitor& visitor);
-
-// Continues a read at `from` (a position an earlier read reported as
-// resumable), for a visitor that already holds the state up to there,
-// including the process record.
-ReadSummary read_log_from(const std::string& path, LogVisitor& visitor, const StreamPosition& from);
 
 }  // namespace heapsnap

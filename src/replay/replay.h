@@ -186,7 +186,7 @@ private:
 // caller has unlinked it from its info or its address.
 [[gnu::always_inline]] inline void Replay::remove_block(uint32_t slot) {
     LiveBlock& b = blocks_[slot];
-    StackTotals& t = stack_totals(b.stack);
+    StackTotals& t = per_stack_[b.stack];  // add_block made room for it
     t.bytes -= b.bytes();
     t.blocks -= b.weight;
     totals_.live_bytes -= b.bytes();
