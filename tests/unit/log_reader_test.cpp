@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "format/framed_file.h"
+#include "format/log_decoder.h"
 #include "format/log_reader.h"
 #include "log_test_util.h"
 #include "replay/marker_select.h"
@@ -357,6 +359,72 @@ TEST_CASE("replay: a free takes the newest live block of its info; totals stay e
     // are those of 1 s and 2 s, although the program kept 2 s and 3 s.
     CHECK(s.entries[0].oldest_ns == 1000000000ull);
     CHECK(s.entries[0].newest_ns == 2000000000ull);
+}
+
+// Stops at the first marker, as a snapshot at a marker does.
+class UpToMarker final : public Replay {
+public:
+    void on_marker(const MarkerRecord&) override { request_stop(); }
+};
+class WholeLog final : public Replay {};
+
+TEST_CASE("replay: a read resumed where an earlier one stopped ends where a read from the start does") {
+    LogBuilder b;
+    b.process();
+    b.stack(1, {{0, 0x10}});
+    b.stack(2, {{0, 0x20}});
+    b.thread(0);
+    b.alloc(1100000, 0x5000, 100, 1);
+    b.alloc(1200000, 0x5100, 100, 1);     // info 1 again
+    b.alloc(1300000, 0x6000, 300000, 2);  // named by its address
+    b.thread(1);
+    b.alloc(1400000, 0x7000, 40, 2);  // info 2
+    b.marker(1500000, 1, "A");
+    b.frame();  // the marker ends its frame: a stop there can be resumed
+    b.free_(1600000, 0x5100);  // frees of an info and an address known before the stop
+    b.free_(1700000, 0x6000);
+    b.alloc(1800000, 0x8000, 100, 1);
+    b.alloc(1900000, 0x9000, 300000, 2);
+    b.free_(2000000, 0x7000);
+    b.frame();
+    TempFile f{b.write()};
+
+    UpToMarker first;
+    ReadSummary stop = read_log_as(f.path, first);
+    REQUIRE(stop.stopped);
+    REQUIRE(stop.resumable);
+    CHECK(stop.events == 4);
+    CHECK(stop.resume.thread == 1);
+    ByteBuffer state;
+    first.save_state(state);
+    WholeLog resumed;
+    codec::Reader r(state.bytes().data(), state.bytes().size());
+    resumed.load_state(r);
+    REQUIRE(r.ok());
+    ReadSummary rest = read_log_as(f.path, resumed, &stop.resume);
+    CHECK(rest.events == 5);
+    CHECK_FALSE(rest.stopped);
+
+    WholeLog whole;
+    ReadSummary all = read_log(f.path, whole);  // through the vtable
+    CHECK(all.events == 9);
+    for (const Replay* replay : {static_cast<const Replay*>(&resumed), static_cast<const Replay*>(&whole)}) {
+        const SnapshotTotals& t = replay->totals();
+        CHECK(t.live_bytes == 300200);
+        CHECK(t.live_blocks == 3);
+        CHECK(t.events == 9);
+        CHECK(t.allocations == 6);
+        CHECK(t.untracked_frees == 0);
+        CHECK(t.peak_bytes == 300240);
+        Snapshot s = replay->snapshot(MarkerRecord{}, false);
+        REQUIRE(s.entries.size() == 2);
+        CHECK(s.entries[0].stack == 1);
+        CHECK(s.entries[0].bytes == 200);
+        CHECK(s.entries[0].blocks == 2);
+        CHECK(s.entries[1].stack == 2);
+        CHECK(s.entries[1].bytes == 300000);
+        CHECK(s.entries[1].newest_ns == 900000);
+    }
 }
 
 TEST_CASE("replay: partial munmap splits a mapping") {
