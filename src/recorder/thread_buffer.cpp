@@ -153,11 +153,16 @@ void order_publication_init() {
     g_asymmetric_fence = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
 }
 
-void order_after_clock_read() {
-    // Registration is per process and inherited by a fork child, so this
-    // does not fail once it succeeded; if it ever did, the writer's own
-    // fence is all that is left.
-    if (g_asymmetric_fence) syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+void order_after_clock_read(bool several_rings) {
+    if (several_rings) {
+        // Registration is per process and inherited by a fork child, so
+        // this does not fail once it succeeded; if it ever did, the
+        // writer's own fence is all that is left.
+        if (g_asymmetric_fence) syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+    } else {
+        // The clock is read before the registry lock is released.
+        _mm_lfence();
+    }
     std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 

@@ -31,6 +31,21 @@
 // the stamp that follows it is later too. Without membarrier every raise is
 // a locked exchange (order_publication_init says which).
 //
+// One ring. The watermark only keeps rings from overtaking each other: a
+// ring's own events leave in the order they were written. So while the
+// registry holds one ring, the writer skips the membarrier, an IPI to the
+// program's CPU at every round (measured on cc1plus: a tenth of the
+// recording overhead, in the writer's kernel time and the interrupted
+// thread). An event of that ring still in flight then may be stamped
+// below the writer's clock and come out in a later round, after the
+// events emitted now, which precede it in the ring. A ring registered
+// after the writer's scan stamps its events after the writer's clock read:
+// the writer reads the clock under the registry lock, waits for the read
+// to complete, and the new thread takes that lock to register before its
+// first stamp. From the round that sees two rings on, the membarrier is
+// back, so an event in flight in the first ring holds the watermark below
+// its stamp before any event of the second can pass it.
+//
 // Rejected: a global lock or a global sequence counter (one contended cache
 // line for every allocation of every thread); sorting in the reader (the
 // reader would need unbounded lookahead).
@@ -272,9 +287,11 @@ void order_publication_init();
 
 // Writer side ---------------------------------------------------------------
 
-// Between the writer's clock read and its in_flight loads: every thread's
-// raise made before this call is visible after it.
-void order_after_clock_read();
+// Between the writer's clock read and its in_flight loads, under the
+// registry lock: with several rings, every thread's raise made before this
+// call is visible after it; with one ring ("One ring" above), the clock
+// read is complete.
+void order_after_clock_read(bool several_rings);
 
 // The stamp tick ("One thread" above), moved by the writer only, under its
 // lock: advance when it promises to advance again within kStampTickNs,

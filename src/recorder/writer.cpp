@@ -335,8 +335,6 @@ bool later(const Cursor& a, const Cursor& b) {
 // Returns the number of events emitted.
 size_t round_locked() {
     recalibrate_clock();
-    uint64_t clock = now_ticks();
-    order_after_clock_read();
     uint64_t watermark = UINT64_MAX;
     size_t n = 0;
     {
@@ -344,6 +342,10 @@ size_t round_locked() {
         size_t rings = 0;
         for (ThreadRing* r = ring_list(); r; r = r->next) ++rings;
         if (!ensure_cursor_capacity(rings)) return 0;
+        // Under the registry lock, so that a ring registered after this
+        // scan stamps after this reading (thread_buffer.h, "One ring").
+        uint64_t clock = now_ticks();
+        order_after_clock_read(rings > 1);
         for (ThreadRing* r = ring_list(); r; r = r->next) {
             bool busy = r->in_flight.load(std::memory_order_seq_cst) != 0;
             uint64_t head = r->head.load(std::memory_order_acquire);
