@@ -63,7 +63,7 @@ size_t info_home(const InfoEntry& e, size_t capacity) {
 template <class Entry, class Used, class Home>
 bool grow(Entry*& table, size_t& capacity, size_t initial, Used used, Home home) {
     size_t fresh_capacity = capacity ? capacity * 2 : initial;
-    auto* fresh = static_cast<Entry*>(raw_map(fresh_capacity * sizeof(Entry)));
+    auto* fresh = static_cast<Entry*>(raw_map_populated(fresh_capacity * sizeof(Entry)));
     if (!fresh) return false;
     for (size_t i = 0; i < capacity; ++i) {
         if (!used(table[i])) continue;

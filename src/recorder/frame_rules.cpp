@@ -451,7 +451,7 @@ size_t table_bytes(uint64_t capacity) { return sizeof(Table) + (capacity - 1) * 
 // Publishes a table of 2^bits slots in place of `old`; returns the current one.
 Table* replace_table(Table* old, unsigned bits) {
     uint64_t capacity = uint64_t{1} << bits;
-    auto* fresh = static_cast<Table*>(raw_map(table_bytes(capacity)));
+    auto* fresh = static_cast<Table*>(raw_map_populated(table_bytes(capacity)));
     if (!fresh) return old;
     fresh->mask = capacity - 1;
     fresh->shift = 64 - bits;

@@ -44,15 +44,14 @@ size_t page_round(size_t bytes) {
     return (bytes + page - 1) & ~(page - 1);
 }
 
-}  // namespace
-
 // The syscall is used instead of mmap() because mmap itself is interposed
 // (direct anonymous mmaps of the program are recorded). MAP_NORESERVE keeps
 // the kernel from merging these mappings with the program's own anonymous
 // ones (different flags), so /proc shows the recorder's memory apart.
-void* raw_map(size_t bytes) {
+void* map_pages(size_t bytes, int extra_flags) {
     bytes = page_round(bytes);
-    long r = syscall(SYS_mmap, nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    long r = syscall(SYS_mmap, nullptr, bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | extra_flags, -1, 0);
     if (r < 0 && r > -4096) return nullptr;
     void* p = reinterpret_cast<void*>(r);
     if (p == MAP_FAILED) return nullptr;
@@ -60,6 +59,12 @@ void* raw_map(size_t bytes) {
     add_range(reinterpret_cast<uint64_t>(p), reinterpret_cast<uint64_t>(p) + bytes);
     return p;
 }
+
+}  // namespace
+
+void* raw_map(size_t bytes) { return map_pages(bytes, 0); }
+
+void* raw_map_populated(size_t bytes) { return map_pages(bytes, MAP_POPULATE); }
 
 void raw_unmap(void* p, size_t bytes) {
     if (!p) return;

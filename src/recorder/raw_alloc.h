@@ -15,6 +15,13 @@ namespace heapsnap::recorder {
 
 // Page-granular, zero-filled. Returns nullptr on failure (never aborts).
 void* raw_map(size_t bytes);
+// The same with every page faulted in writable at once (MAP_POPULATE), for
+// tables probed by reads before their first write at a random place: a
+// page first read maps the shared zero page, and the write after it takes
+// a write-protect fault whose TLB flush interrupts, by IPI, every CPU
+// running another thread of the process (on cc1plus, most of the writer
+// thread's kernel time once the membarrier was gone).
+void* raw_map_populated(size_t bytes);
 void raw_unmap(void* p, size_t bytes);
 
 // In a fork child: the parent's writer thread may have held the range

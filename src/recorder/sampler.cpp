@@ -46,7 +46,7 @@ uint64_t hash(uint64_t key) {
 }
 
 Table* new_table(uint64_t slots) {
-    auto* t = static_cast<Table*>(raw_map(sizeof(Table) + (slots - 1) * sizeof(uint64_t)));
+    auto* t = static_cast<Table*>(raw_map_populated(sizeof(Table) + (slots - 1) * sizeof(uint64_t)));
     if (t) t->mask = slots - 1;
     return t;
 }

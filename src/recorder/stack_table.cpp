@@ -81,7 +81,7 @@ bool grow_table_if_needed() {
     if (old && (g_count + 1) * 2 <= capacity) return true;
     uint64_t fresh_capacity = capacity ? capacity * 2 : (1u << 16);
     auto* table = static_cast<Table*>(raw_map(sizeof(Table)));
-    auto* slots = static_cast<std::atomic<uint64_t>*>(raw_map(fresh_capacity * sizeof(uint64_t)));
+    auto* slots = static_cast<std::atomic<uint64_t>*>(raw_map_populated(fresh_capacity * sizeof(uint64_t)));
     if (!table || !slots) return false;
     table->slots = slots;
     table->mask = fresh_capacity - 1;

@@ -238,7 +238,7 @@ struct Borrowed {
 StackCache* cache_of(PoolSlot& s) {
     StackCache* c = s.cache.load(std::memory_order_relaxed);
     if (!c) {
-        c = static_cast<StackCache*>(raw_map(sizeof(StackCache)));
+        c = static_cast<StackCache*>(raw_map_populated(sizeof(StackCache)));
         s.cache.store(c, std::memory_order_relaxed);
     }
     return c;
