@@ -101,8 +101,8 @@ protected:
         return static_cast<uint32_t>(id);
     }
 
-    // Every record but the allocation events: the tag is read, `r` is
-    // after it.
+    // Every record but the allocation events and the Thread and Time
+    // records (RecordDecoder::decode): the tag is read, `r` is after it.
     void record(hslog::Tag tag, codec::Reader& r, LogVisitor& visitor);
 
     const std::string& path_;

@@ -152,9 +152,6 @@ void RecordStream::record(hslog::Tag tag, codec::Reader& r, LogVisitor& visitor)
             visitor.on_stack(id, frames_);
             return;
         }
-        case Tag::Thread:
-            thread_ = static_cast<uint32_t>(r.varint());
-            return;
         case Tag::ThreadStart: {
             ThreadStartRecord t;
             t.time_ns = advance(r);
@@ -171,12 +168,14 @@ void RecordStream::record(hslog::Tag tag, codec::Reader& r, LogVisitor& visitor)
             if (r.ok()) visitor.on_thread_exit(thread, t);
             return;
         }
+        case Tag::Thread:
+        case Tag::Time:
         case Tag::Alloc:
         case Tag::AllocAt:
         case Tag::AllocInfo:
         case Tag::Free:
         case Tag::ShortAllocInfo:
-        case Tag::ShortFree: break;  // decode() handles them
+        case Tag::ShortFree: break;  // decode() handles them once the Process record is read
         case Tag::FreeAt:
         case Tag::FreeUnknown: {
             FreeEvent e;
@@ -193,9 +192,6 @@ void RecordStream::record(hslog::Tag tag, codec::Reader& r, LogVisitor& visitor)
             visitor.on_free(e);
             return;
         }
-        case Tag::Time:
-            advance(r);
-            return;
         case Tag::Mmap: {
             MmapEvent e;
             e.time_ns = now_;

@@ -171,12 +171,7 @@ uint32_t alloc_infos_free(uint64_t address) {
 void alloc_infos_reset() {
     raw_unmap(g_tables.live, g_tables.live_capacity * sizeof(LiveEntry));
     raw_unmap(g_tables.infos, g_tables.infos_capacity * sizeof(InfoEntry));
-    g_tables.live = nullptr;
-    g_tables.live_capacity = 0;
-    g_tables.live_size = 0;
-    g_tables.infos = nullptr;
-    g_tables.infos_capacity = 0;
-    g_tables.infos_size = 0;
+    g_tables = Tables{};
 }
 
 }  // namespace heapsnap::recorder

@@ -641,15 +641,11 @@ bool writer_open() {
     }
     g_failed = false;
     g_ended = false;
-    g_enc.events = 0;
-    g_enc.frame_used = 0;
+    g_enc = Encoder{};
     g_enc.stream_ts = start_time_ns() / hslog::kTimeUnitNs;
-    g_enc.stream_addr = 0;
-    g_enc.stream_thread = UINT32_MAX;
+    g_enc.last_flush_ns = now_ns();
     alloc_infos_reset();
     g_durable_marker.store(0);
-    g_enc.marker_count = 0;
-    g_enc.last_flush_ns = now_ns();
     codec::Writer w = reserve(16384);
     write_process_record(w);
     commit(w);
