@@ -166,8 +166,12 @@ uint64_t stack_top() {
 
 // The unwinders leave the recorder's own frames out (unwind.h), but walk
 // them against the limit: `depth` plus room for them.
-uint32_t intern_program_frames(uint64_t* ips, int n) {
-    return intern_stack(ips, n < static_cast<int>(config().depth) ? static_cast<uint32_t>(n) : config().depth);
+// The innermost `depth` frames: a deeper stack's hash is taken again over
+// those it keeps.
+uint32_t intern_program_frames(uint64_t* ips, int n, uint64_t hash) {
+    uint32_t depth = config().depth;
+    if (n <= static_cast<int>(depth)) return intern_stack(ips, static_cast<uint32_t>(n), hash);
+    return intern_stack(ips, depth, stack_hash(ips, depth));
 }
 
 // `hook_frame`: the frame of the hook that was called from the program
@@ -176,7 +180,10 @@ __attribute__((always_inline)) inline uint32_t capture_stack(const void* hook_fr
     uint64_t ips[kMaxDepth + 8];
     int max = static_cast<int>(config().depth) + 8;
     uint64_t top = config().unwind == hslog::UnwindMode::FramePointer ? stack_top() : 0;
-    if (top) return intern_program_frames(ips, walk_frame_pointers(ips, max, top));
+    if (top) {
+        int n = walk_frame_pointers(ips, max, top);
+        return intern_program_frames(ips, n, stack_hash(ips, static_cast<uint32_t>(n)));
+    }
     return unwind_stack_key(ips, max, intern_program_frames, hook_frame);
 }
 

@@ -1,8 +1,8 @@
 #include "recorder/stack_table.h"
 
 #include <atomic>
-#include <cstring>
 
+#include "format/codec.h"
 #include "format/hslog.h"
 #include "recorder/metadata_queue.h"
 #include "recorder/modules.h"
@@ -13,85 +13,116 @@ namespace {
 
 // A stack keeps its return addresses only: the (module, offset) form the
 // log wants is computed when its record is queued, which is once, plus once
-// more in a fork child. Keeping it as well would triple the table (16 bytes
-// a frame beside 8; tens of MiB on a compiler).
-struct Entry {
-    uint64_t hash;
-    const uint64_t* ips;
-    uint32_t n;
+// more in a fork child. Keeping it as well would triple the table.
+// The header is followed by its code: the frames, innermost first, each
+// the zigzag varint of its return address minus the one before (the
+// first: minus 0).
+struct Record {
+    uint32_t id;
+    uint32_t n;  // frames
+    const uint8_t* code() const { return reinterpret_cast<const uint8_t*>(this + 1); }
+    uint8_t* code() { return reinterpret_cast<uint8_t*>(this + 1); }
 };
 
-// A slot holds a stack's id in its low half and the high half of the
-// stack's hash in its high half, so a probe compares hashes without
-// touching the stack's entry (a cache miss on a compiler's 90 000 stacks);
-// 0 is empty. A stack's home slot comes from the hash's low bits above bit
-// 0, which is always set.
+// tag 0: empty. A slot's record is stored before its tag is published
+// (release), so a lookup that sees the tag (acquire) sees the record.
+struct Slot {
+    std::atomic<uint64_t> tag;
+    std::atomic<const Record*> record;
+};
+
 struct Table {
-    std::atomic<uint64_t>* slots;
+    Slot* slots;
     uint64_t mask;
 };
 
-uint64_t home(uint64_t hash, uint64_t mask) { return (hash >> 1) & mask; }
-uint64_t slot_value(uint32_t id, uint64_t hash) { return (hash & 0xffffffff00000000ull) | id; }
+// stack_hash folds frames with one multiply each, so its low bits are
+// weak; the tag mixes the high half down. Never 0 (empty).
+uint64_t tag_of(uint64_t hash) {
+    uint64_t t = hash ^ (hash >> 31);
+    t *= 0xbf58476d1ce4e5b9ull;
+    return (t ^ (t >> 29)) | 1;
+}
+uint64_t home(uint64_t tag, uint64_t mask) { return (tag >> 1) & mask; }
 
 constexpr uint32_t kChunkBits = 16;
 constexpr uint32_t kChunkSize = 1u << kChunkBits;
 constexpr uint32_t kMaxChunks = 4096;  // 268M stacks
 
-Entry* g_chunks[kMaxChunks];
+// Records by id, for requeue_all_stacks only.
+const Record** g_chunks[kMaxChunks];
 std::atomic<Table*> g_table{nullptr};
 uint32_t g_count = 0;  // ids 1..g_count are in use (guarded by the metadata lock)
 
-uint8_t* g_arena = nullptr;  // frame storage, bump-allocated in 4 MiB pieces
+uint8_t* g_arena = nullptr;  // records, bump-allocated in 4 MiB pieces
 size_t g_arena_left = 0;
 
-uint64_t hash_frames(const uint64_t* ips, uint32_t n) {
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
-    for (uint32_t i = 0; i < n; ++i) {
-        h ^= ips[i];
-        h *= 0xff51afd7ed558ccdull;
-        h ^= h >> 32;
+const Record* record_of(uint32_t id) { return g_chunks[(id - 1) >> kChunkBits][(id - 1) & (kChunkSize - 1)]; }
+
+// Calls fn(ip) for each frame of r, innermost first.
+template <typename Fn>
+void for_each_frame(const Record& r, Fn fn) {
+    const uint8_t* p = r.code();
+    uint64_t ip = 0;
+    for (uint32_t i = 0; i < r.n; ++i) {
+        uint64_t v = 0;
+        for (int shift = 0;; shift += 7) {
+            uint8_t b = *p++;
+            v |= static_cast<uint64_t>(b & 0x7f) << shift;
+            if (!(b & 0x80)) break;
+        }
+        ip += static_cast<uint64_t>(codec::unzigzag(v));
+        fn(ip);
     }
-    return h | 1;  // never 0
 }
 
-const Entry& entry(uint32_t id) { return g_chunks[(id - 1) >> kChunkBits][(id - 1) & (kChunkSize - 1)]; }
+bool same_frames(const Record& r, const uint64_t* ips, uint32_t n) {
+    if (r.n != n) return false;
+    bool same = true;
+    uint32_t i = 0;
+    for_each_frame(r, [&](uint64_t ip) { same = same && ip == ips[i++]; });
+    return same;
+}
 
-uint32_t find(const Table* table, uint64_t hash, const uint64_t* ips, uint32_t n) {
+uint32_t find(const Table* table, uint64_t tag, const uint64_t* ips, uint32_t n) {
     if (!table) return 0;
-    for (uint64_t i = home(hash, table->mask);; i = (i + 1) & table->mask) {
-        uint64_t v = table->slots[i].load(std::memory_order_acquire);
-        if (!v) return 0;
-        if ((v ^ hash) >> 32) continue;
-        auto id = static_cast<uint32_t>(v);
-        const Entry& e = entry(id);
-        if (e.hash == hash && e.n == n && std::memcmp(e.ips, ips, n * sizeof(uint64_t)) == 0) return id;
+    for (uint64_t i = home(tag, table->mask);; i = (i + 1) & table->mask) {
+        uint64_t t = table->slots[i].tag.load(std::memory_order_acquire);
+        if (!t) return 0;
+        if (t != tag) continue;
+        const Record* r = table->slots[i].record.load(std::memory_order_relaxed);
+        if (same_frames(*r, ips, n)) return r->id;
     }
 }
 
-void place(Table* table, uint32_t id, uint64_t hash) {
-    uint64_t i = home(hash, table->mask);
-    while (table->slots[i].load(std::memory_order_relaxed)) i = (i + 1) & table->mask;
-    table->slots[i].store(slot_value(id, hash), std::memory_order_release);
+void place(Table* table, uint64_t tag, const Record* r) {
+    uint64_t i = home(tag, table->mask);
+    while (table->slots[i].tag.load(std::memory_order_relaxed)) i = (i + 1) & table->mask;
+    table->slots[i].record.store(r, std::memory_order_relaxed);
+    table->slots[i].tag.store(tag, std::memory_order_release);
 }
 
 bool grow_table_if_needed() {
     Table* old = g_table.load(std::memory_order_relaxed);
     uint64_t capacity = old ? (old->mask + 1) : 0;
     if (old && (g_count + 1) * 2 <= capacity) return true;
-    uint64_t fresh_capacity = capacity ? capacity * 2 : (1u << 16);
+    uint64_t fresh_capacity = capacity ? capacity * 2 : (1u << 15);
     auto* table = static_cast<Table*>(raw_map(sizeof(Table)));
-    auto* slots = static_cast<std::atomic<uint64_t>*>(raw_map_populated(fresh_capacity * sizeof(uint64_t)));
+    auto* slots = static_cast<Slot*>(raw_map_populated(fresh_capacity * sizeof(Slot)));
     if (!table || !slots) return false;
     table->slots = slots;
     table->mask = fresh_capacity - 1;
-    for (uint32_t id = 1; id <= g_count; ++id) place(table, id, entry(id).hash);
+    for (uint64_t i = 0; i < capacity; ++i) {
+        uint64_t tag = old->slots[i].tag.load(std::memory_order_relaxed);
+        if (tag) place(table, tag, old->slots[i].record.load(std::memory_order_relaxed));
+    }
     g_table.store(table, std::memory_order_release);
     return true;
 }
 
-void* arena_take(size_t bytes) {
-    bytes = (bytes + 7) & ~size_t{7};
+// Room for `bytes` at the arena's end, 8-byte aligned; arena_keep then
+// takes what was used of it.
+uint8_t* arena_room(size_t bytes) {
     if (bytes > g_arena_left) {
         size_t piece = bytes > (4u << 20) ? bytes : (4u << 20);
         g_arena = static_cast<uint8_t*>(raw_map(piece));
@@ -101,52 +132,62 @@ void* arena_take(size_t bytes) {
         }
         g_arena_left = piece;
     }
-    void* p = g_arena;
+    return g_arena;
+}
+void arena_keep(size_t bytes) {
+    bytes = (bytes + 7) & ~size_t{7};
     g_arena += bytes;
     g_arena_left -= bytes;
-    return p;
 }
 
-void queue_stack_record(uint32_t id, const Entry& e) {
+void queue_stack_record(const Record& r) {
     codec::Writer w(nullptr, 0);
-    if (!metadata_reserve(2 * codec::kMaxVarint + 1 + e.n * 2 * codec::kMaxVarint, &w)) return;
-    hslog::put_stack_header(w, id, e.n);
-    for (uint32_t i = 0; i < e.n; ++i) {
-        ResolvedFrame f = resolve_frame(e.ips[i]);
+    if (!metadata_reserve(2 * codec::kMaxVarint + 1 + r.n * 2 * codec::kMaxVarint, &w)) return;
+    hslog::put_stack_header(w, r.id, r.n);
+    for_each_frame(r, [&](uint64_t ip) {
+        ResolvedFrame f = resolve_frame(ip);
         hslog::put_stack_frame(w, f.module, f.vaddr);
-    }
+    });
     metadata_commit(w);
 }
 
-uint32_t insert_locked(uint64_t hash, const uint64_t* ips, uint32_t n) {
-    if (uint32_t id = find(g_table.load(std::memory_order_acquire), hash, ips, n)) return id;
+uint32_t insert_locked(uint64_t tag, const uint64_t* ips, uint32_t n) {
+    if (uint32_t id = find(g_table.load(std::memory_order_acquire), tag, ips, n)) return id;
     if (g_count + 1 >= kMaxChunks * kChunkSize || !grow_table_if_needed()) return 0;
     uint32_t id = g_count + 1;
-    Entry*& chunk = g_chunks[(id - 1) >> kChunkBits];
-    if (!chunk) chunk = static_cast<Entry*>(raw_map(sizeof(Entry) * kChunkSize));
-    auto* stored_ips = static_cast<uint64_t*>(arena_take(n * sizeof(uint64_t)));
-    if (!chunk || (n && !stored_ips)) return 0;
-    std::memcpy(stored_ips, ips, n * sizeof(uint64_t));
+    const Record**& chunk = g_chunks[(id - 1) >> kChunkBits];
+    if (!chunk) chunk = static_cast<const Record**>(raw_map(sizeof(Record*) * kChunkSize));
+    uint8_t* room = arena_room(sizeof(Record) + n * codec::kMaxVarint);
+    if (!chunk || !room) return 0;
+    auto* r = reinterpret_cast<Record*>(room);
+    codec::Writer code(r->code(), n * codec::kMaxVarint);
+    uint64_t before = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+        code.svarint(static_cast<int64_t>(ips[i] - before));
+        before = ips[i];
+    }
+    r->id = id;
+    r->n = n;
+    arena_keep(sizeof(Record) + code.size());
     rescan_modules(false);  // a module loaded since the last scan
-    Entry& e = chunk[(id - 1) & (kChunkSize - 1)];
-    e = Entry{hash, stored_ips, n};
+    chunk[(id - 1) & (kChunkSize - 1)] = r;
     g_count = id;
-    queue_stack_record(id, e);
-    place(g_table.load(std::memory_order_relaxed), id, hash);
+    queue_stack_record(*r);
+    place(g_table.load(std::memory_order_relaxed), tag, r);
     return id;
 }
 
 }  // namespace
 
-uint32_t intern_stack(const uint64_t* ips, uint32_t n) {
-    uint64_t hash = hash_frames(ips, n);
-    if (uint32_t id = find(g_table.load(std::memory_order_acquire), hash, ips, n)) return id;
+uint32_t intern_stack(const uint64_t* ips, uint32_t n, uint64_t hash) {
+    uint64_t tag = tag_of(hash);
+    if (uint32_t id = find(g_table.load(std::memory_order_acquire), tag, ips, n)) return id;
     LockGuard guard(metadata_lock());
-    return insert_locked(hash, ips, n);
+    return insert_locked(tag, ips, n);
 }
 
 void requeue_all_stacks() {
-    for (uint32_t id = 1; id <= g_count; ++id) queue_stack_record(id, entry(id));
+    for (uint32_t id = 1; id <= g_count; ++id) queue_stack_record(*record_of(id));
 }
 
 }  // namespace heapsnap::recorder

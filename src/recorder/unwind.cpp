@@ -9,6 +9,7 @@
 #include "recorder/frame_rules.h"
 #include "recorder/lifecycle.h"
 #include "recorder/raw_alloc.h"
+#include "recorder/stack_table.h"
 
 namespace heapsnap::recorder {
 namespace {
@@ -69,7 +70,7 @@ struct CachedFrame {
     Reads reads;
     FrameRule rule;
     bool own;       // not reported
-    uint64_t hash;  // of the reported ips from the outermost frame to this one
+    uint64_t hash;  // stack_hash of the reported ips from the outermost frame to this one
 };
 
 // The step from `callee` gives `caller` again if the memory it read still
@@ -347,7 +348,7 @@ struct Walked {
     int count;       // frames in ips
     bool cached;     // the stack is now the cache's last one
     bool unchanged;  // ... and it was the last one before, frame for frame
-    uint64_t hash;   // of ips, if cached
+    uint64_t hash;   // stack_hash(ips, count), if cached
     int fresh = 0;   // if cached: frames walked afresh (the cache's fresh[]) above ...
     int kept = -1;   // ... the last stack's frames 0..kept, reused
 };
@@ -447,7 +448,7 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c) {
         if (same) continue;
         uint64_t below = at ? last[at - 1].hash : 0;
         last[at] = frame;
-        last[at].hash = frame.own ? below : mix(below, frame.frame.ip);
+        last[at].hash = frame.own ? below : stack_hash_step(below, frame.frame.ip);
         c->sps[at] = frame.frame.sp;
         c->rips[kMaxFrames - 1 - at] = frame.frame.ip;
         c->owns[at] = static_cast<uint16_t>((at ? c->owns[at - 1] : 0) + frame.own);
@@ -602,7 +603,7 @@ __attribute__((noinline)) int unwind_stack(uint64_t* ips, int max) {
     return w.count;
 }
 
-__attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, uint32_t (*key)(uint64_t*, int),
+__attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, uint32_t (*key)(uint64_t*, int, uint64_t),
                                                     const void* from) {
     Borrowed b = borrow();
     StackCache* c = b.cache;
@@ -631,7 +632,7 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, uint
     if (!w.cached || w.count > kMemoFrames) {
         if (c) c->last_key = 0;
         give_back(b);
-        return key(ips, w.count);
+        return key(ips, w.count, w.cached ? w.hash : stack_hash(ips, static_cast<uint32_t>(w.count)));
     }
     // The same stack as last time (a loop allocating at one place): its key
     // without hashing or comparing ips.
@@ -646,7 +647,7 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, uint
         m.hash = w.hash;
         m.count = w.count;
         memcpy(m.ips, ips, bytes);
-        m.key = key(ips, w.count);  // may rewrite ips: copied first
+        m.key = key(ips, w.count, w.hash);  // may rewrite ips: copied first
     }
     uint32_t k = m.key;
     c->last_key = k;

@@ -200,7 +200,7 @@ void put_queued_metadata() {
 // log before the event that uses it.
 uint32_t intern_deferred(const Slot& s) {
     uint64_t caller = deferred_caller(s);
-    uint32_t stack = intern_stack(&caller, 1);
+    uint32_t stack = intern_stack(&caller, 1, stack_hash(&caller, 1));
     put_queued_metadata();
     return stack;
 }
