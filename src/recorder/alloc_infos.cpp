@@ -39,16 +39,18 @@ struct alignas(64) Tables {
 };
 Tables g_tables;
 
-// Blocks are at least 16-byte aligned: drop the low bits. The page number
-// is mixed, the offset within the page is not, so the blocks of one page
-// (which malloc hands out and takes back together) share a few lines of
-// the table: a round of churn touches a handful of lines per page, where
-// a fully mixed hash cost a cache miss per event (most of the writer's
-// time on tools/bench-programs/churn.py). A page's 256 granules still
-// land at a random place, so distant heaps do not pile up on each other.
+// Blocks are at least 16-byte aligned: drop the low bits. The number of
+// the block's 256-byte run is mixed, its offset within the run is not, so
+// neighbouring blocks (which malloc hands out and takes back together)
+// share a few lines of the table: a round of churn touches a handful of
+// lines per run, where a fully mixed hash cost a cache miss per event
+// (most of the writer's time on tools/bench-programs/churn.py). Runs, not
+// pages: a page full of small blocks took 256 adjacent slots, and the
+// pages landing on or next to each other made probe chains of dozens of
+// slots (cc1plus: 310 M of the writer's instructions).
 size_t live_home(uint64_t address, size_t capacity) {
-    uint64_t page = ((address >> 12) * 0x9e3779b97f4a7c15ull) >> 32;
-    return static_cast<size_t>(page + ((address >> 4) & 0xff)) & (capacity - 1);
+    uint64_t run = ((address >> 8) * 0x9e3779b97f4a7c15ull) >> 32;
+    return static_cast<size_t>(run + ((address >> 4) & 0xf)) & (capacity - 1);
 }
 
 size_t info_home(hslog::AllocFn fn, uint64_t size, uint32_t stack, size_t capacity) {
