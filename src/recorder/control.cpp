@@ -189,6 +189,8 @@ int control_poll_fds(pollfd* out, int max) {
     return n;
 }
 
+bool control_reading() { return g_reading_count > 0; }
+
 void control_poll() {
     if (g_listen < 0) return;
     uint64_t now = now_ns();

@@ -28,6 +28,9 @@ int control_poll_fds(pollfd* out, int max);
 // Accepts connections and reads what their requests sent so far, never
 // blocking; takes the markers of complete requests.
 void control_poll();
+// Connections whose request is still arriving: control_poll has work
+// even when none of control_poll_fds is ready (their deadlines).
+bool control_reading();
 // Answers requests whose marker is now on disk.
 void control_reply_durable(uint32_t durable_marker);
 
