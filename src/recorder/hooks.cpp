@@ -184,7 +184,9 @@ __attribute__((always_inline)) inline uint32_t capture_stack(const void* hook_fr
         int n = walk_frame_pointers(ips, max, top);
         return intern_program_frames(ips, n, stack_hash(ips, static_cast<uint32_t>(n)));
     }
-    return unwind_stack_key(ips, max, intern_program_frames, hook_frame);
+    // The prefetch is for a stack within the depth limit, the usual case.
+    static constexpr StackKeyer keyer{intern_program_frames, prefetch_stack};
+    return unwind_stack_key(ips, max, keyer, hook_frame);
 }
 
 // Stack id 0 ("no stack") for an mmap from a signal handler that

@@ -221,6 +221,11 @@ uint32_t intern_stack(const uint64_t* ips, uint32_t n, uint64_t hash) {
     return insert_locked(tag, ips, n);
 }
 
+void prefetch_stack(uint64_t hash) {
+    const Table* table = g_table.load(std::memory_order_acquire);
+    if (table) __builtin_prefetch(&table->slots[home(tag_of(hash), table->mask)]);
+}
+
 void requeue_all_stacks() {
     for (uint32_t id = 1; id <= g_count; ++id) queue_stack_record(*record_of(id));
 }

@@ -43,6 +43,11 @@ inline uint64_t stack_hash(const uint64_t* ips, uint32_t n) {
 // memory for a new stack could not be had. `hash` must be stack_hash(ips, n).
 uint32_t intern_stack(const uint64_t* ips, uint32_t n, uint64_t hash);
 
+// Starts loading the table slot where intern_stack will look for a stack
+// of this hash: a compiler's stacks fill a table far larger than the
+// caches, and its lookups are mostly two misses (slot, then record).
+void prefetch_stack(uint64_t hash);
+
 // After fork: the child's new log must define every stack again. Frames
 // are resolved against the modules loaded now, which the child's log
 // describes; a frame in a module unloaded before the fork is written as a

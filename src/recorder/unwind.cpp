@@ -366,7 +366,7 @@ struct Walked {
 // further out (a leaf called from a different caller rejoins the old stack
 // one frame further up). A frame no rule covers sends the whole stack to
 // libunwind.
-Walked walk(Frame f, uint64_t* ips, int max, StackCache* c) {
+Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint64_t hash) = nullptr) {
     if (max > kMaxFrames) max = kMaxFrames;
     const OwnRange own = own_range();
     int walked = 0;
@@ -440,6 +440,12 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c) {
     // there already (a link broke further up, the same frames came back)
     // are left as they are: on equal frames below, their steps and hashes
     // are equal too.
+    if (prepare) {
+        uint64_t hash = kept >= 0 ? last[kept].hash : 0;
+        for (int i = nf - 1; i >= 0; --i)
+            if (!fresh[i].own) hash = stack_hash_step(hash, fresh[i].frame.ip);
+        prepare(hash);
+    }
     bool same = true;
     for (int i = 0; i < nf; ++i) {
         int at = kept + 1 + i;
@@ -603,7 +609,7 @@ __attribute__((noinline)) int unwind_stack(uint64_t* ips, int max) {
     return w.count;
 }
 
-__attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, uint32_t (*key)(uint64_t*, int, uint64_t),
+__attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, const StackKeyer& keyer,
                                                     const void* from) {
     Borrowed b = borrow();
     StackCache* c = b.cache;
@@ -628,11 +634,11 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, uint
             return k;
         }
     }
-    Walked w = walk(first, ips, max, c);
+    Walked w = walk(first, ips, max, c, keyer.prepare);
     if (!w.cached || w.count > kMemoFrames) {
         if (c) c->last_key = 0;
         give_back(b);
-        return key(ips, w.count, w.cached ? w.hash : stack_hash(ips, static_cast<uint32_t>(w.count)));
+        return keyer.key(ips, w.count, w.cached ? w.hash : stack_hash(ips, static_cast<uint32_t>(w.count)));
     }
     // The same stack as last time (a loop allocating at one place): its key
     // without hashing or comparing ips.
@@ -647,7 +653,7 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, uint
         m.hash = w.hash;
         m.count = w.count;
         memcpy(m.ips, ips, bytes);
-        m.key = key(ips, w.count, w.hash);  // may rewrite ips: copied first
+        m.key = keyer.key(ips, w.count, w.hash);  // may rewrite ips: copied first
     }
     uint32_t k = m.key;
     c->last_key = k;

@@ -76,16 +76,24 @@ namespace heapsnap::recorder {
 // frames are walked, those left out included. Returns the count.
 int unwind_stack(uint64_t* ips, int max);
 
-// Unwinds like unwind_stack and returns key(ips, n, stack_hash(ips, n))
-// for the stack (the hash mostly kept per frame by the cache, not taken
-// again); for a stack of the same ips as one the cache remembers, the
-// earlier result without calling key. key must depend on ips, n and max
-// only, and may change ips; a 0 result is not remembered. `from`, if not null, is the
+// What unwind_stack_key hands a stack to. key(ips, n, hash) returns its
+// key; hash is stack_hash(ips, n), mostly kept per frame by the cache,
+// not taken again. prepare(hash), if not null, is called as soon as the
+// hash is known, before the cache is brought up to date and the memo
+// looked at, so that a lookup by key can start early (a prefetch).
+struct StackKeyer {
+    uint32_t (*key)(uint64_t* ips, int n, uint64_t hash);
+    void (*prepare)(uint64_t hash);
+};
+
+// Unwinds like unwind_stack and returns keyer.key for the stack; for a
+// stack of the same ips as one the cache remembers, the earlier result
+// without calling key. key must depend on ips, n and max only, and may
+// change ips; a 0 result is not remembered. `from`, if not null, is the
 // frame address of a function of this module (built with frame pointers)
 // whose caller the walk starts with: a hook passes its own, so the
 // recorder's frames between it and here are not walked.
-uint32_t unwind_stack_key(uint64_t* ips, int max, uint32_t (*key)(uint64_t* ips, int n, uint64_t hash),
-                          const void* from);
+uint32_t unwind_stack_key(uint64_t* ips, int max, const StackKeyer& keyer, const void* from);
 
 // --unwind fp: follows the saved frame pointers, left out and limited the
 // same way, reading nothing at or above `top` (the thread's stack top).

@@ -93,7 +93,7 @@ Tally g_key_tally;
 
 __attribute__((noinline)) void compare_key() {
     uint64_t ips[kMax];
-    uint32_t key = unwind_stack_key(ips, kMax, intern, nullptr);
+    uint32_t key = unwind_stack_key(ips, kMax, {intern, nullptr}, nullptr);
     std::vector<uint64_t> theirs = libunwind_stack();
     std::vector<uint64_t> expected(theirs.begin() + 1, theirs.end());
     ++g_key_tally.checks;
@@ -103,7 +103,7 @@ __attribute__((noinline)) void compare_key() {
 // As a hook calls it: the walk starts with the caller of the frame passed.
 __attribute__((noinline)) void compare_key_from_frame() {
     uint64_t ips[kMax];
-    uint32_t key = unwind_stack_key(ips, kMax, intern, __builtin_frame_address(0));
+    uint32_t key = unwind_stack_key(ips, kMax, {intern, nullptr}, __builtin_frame_address(0));
     std::vector<uint64_t> theirs = libunwind_stack();
     // intern leaves out ips[0], here the return address into at_leaf.
     std::vector<uint64_t> expected(theirs.begin() + 2, theirs.end());
@@ -169,7 +169,7 @@ uint64_t rbp_data_value() {
 // first frame of the walk holds data in rbp.
 __attribute__((noinline)) void compare_key_under_rbp_data(int) {
     uint64_t ips[kMax];
-    uint32_t key = unwind_stack_key(ips, kMax, intern, __builtin_frame_address(0));
+    uint32_t key = unwind_stack_key(ips, kMax, {intern, nullptr}, __builtin_frame_address(0));
     std::vector<uint64_t> theirs = libunwind_stack();
     std::vector<uint64_t> expected(theirs.begin() + 2, theirs.end());
     ++g_key_tally.checks;
@@ -497,7 +497,7 @@ uint32_t intern_locked(uint64_t* ips, int n, uint64_t) {
 
 __attribute__((noinline)) void thread_key_compare(Tally& tally) {
     uint64_t ips[kMax];
-    uint32_t key = unwind_stack_key(ips, kMax, intern_locked, __builtin_frame_address(0));
+    uint32_t key = unwind_stack_key(ips, kMax, {intern_locked, nullptr}, __builtin_frame_address(0));
     std::vector<uint64_t> theirs = libunwind_stack();
     std::vector<uint64_t> expected(theirs.begin() + 2, theirs.end());
     pthread_mutex_lock(&g_thread_keys_lock);
