@@ -1,11 +1,10 @@
 #include "recorder/stack_table.h"
 
 #include <atomic>
-#include <cstdint>
-#include <cstring>
 
 #include "format/codec.h"
 #include "format/hslog.h"
+#include "recorder/frame_code.h"
 #include "recorder/metadata_queue.h"
 #include "recorder/modules.h"
 #include "recorder/raw_alloc.h"
@@ -16,27 +15,13 @@ namespace {
 // A stack keeps its return addresses only: the (module, offset) form the
 // log wants is computed when its record is queued, which is once, plus once
 // more in a fork child. Keeping it as well would triple the table.
-// The header is followed by its code: per frame, innermost first, its
-// return address minus the one before (the first: minus 0), as
-//   2 bytes, bit 0 clear: a delta of 15 bits (signed) above it;
-//   4 bytes, bits 0-1 = 01: a delta of 30 bits;
-//   9 bytes, first byte 0x03: the address itself (a call from one module
-//   into another far away, as libc's into main: a frame or two a stack).
-// On a compiler's stacks half the frames take 2 bytes and most others 4:
-// 3.3 bytes a frame with the header's share. Varints took 2.8, but a
-// frame of this code decodes without a loop or a branch on its width, and
-// the table's lookups took 198 M instead of 475 M instructions on that
-// compile (cachegrind): 8 % of the recorder's, for 1.2 MiB.
+// The header is followed by its frames' code (frame_code.h).
 struct Record {
     uint32_t id;
     uint32_t n;  // frames
     const uint8_t* code() const { return reinterpret_cast<const uint8_t*>(this + 1); }
     uint8_t* code() { return reinterpret_cast<uint8_t*>(this + 1); }
 };
-constexpr uint8_t kWide = 0x03;
-constexpr size_t kMaxCodeBytes = 9;  // per frame
-// A frame is read as 4 bytes, two past a short one: the arena keeps them.
-constexpr size_t kReadSlack = 2;
 
 // tag 0: empty. A slot's record is stored before its tag is published
 // (release), so a lookup that sees the tag (acquire) sees the record.
@@ -76,22 +61,7 @@ const Record* record_of(uint32_t id) { return g_chunks[(id - 1) >> kChunkBits][(
 // Calls fn(ip) for each frame of r, innermost first, while it returns true.
 template <typename Fn>
 void for_each_frame(const Record& r, Fn fn) {
-    const uint8_t* code = r.code();
-    uint64_t ip = 0;
-    for (uint32_t i = 0; i < r.n; ++i) {
-        uint32_t word;
-        std::memcpy(&word, code, sizeof word);
-        if ((word & 0xff) != kWide) [[likely]] {
-            bool short_delta = !(word & 1);
-            int32_t delta = short_delta ? static_cast<int16_t>(word) >> 1 : static_cast<int32_t>(word) >> 2;
-            ip += static_cast<uint64_t>(static_cast<int64_t>(delta));
-            code += short_delta ? 2 : 4;
-        } else {
-            std::memcpy(&ip, code + 1, sizeof ip);
-            code += 1 + sizeof ip;
-        }
-        if (!fn(ip)) return;
-    }
+    frame_code::decode(r.code(), r.n, fn);
 }
 
 bool same_frames(const Record& r, const uint64_t* ips, uint32_t n) {
@@ -179,31 +149,13 @@ uint32_t insert_locked(uint64_t tag, const uint64_t* ips, uint32_t n) {
     uint32_t id = g_count + 1;
     const Record**& chunk = g_chunks[(id - 1) >> kChunkBits];
     if (!chunk) chunk = static_cast<const Record**>(raw_map(sizeof(Record*) * kChunkSize));
-    uint8_t* room = arena_room(sizeof(Record) + n * kMaxCodeBytes + kReadSlack);
+    // The arena keeps the slack the decoder reads past a record's code.
+    uint8_t* room = arena_room(sizeof(Record) + n * frame_code::kMaxBytesPerFrame + frame_code::kReadSlack);
     if (!chunk || !room) return 0;
     auto* r = reinterpret_cast<Record*>(room);
-    uint8_t* code = r->code();
-    uint64_t before = 0;
-    for (uint32_t i = 0; i < n; ++i) {
-        auto delta = static_cast<int64_t>(ips[i] - before);
-        if (delta >= -(1 << 14) && delta < (1 << 14)) {
-            auto word = static_cast<uint16_t>(static_cast<uint32_t>(delta) << 1);
-            std::memcpy(code, &word, sizeof word);
-            code += sizeof word;
-        } else if (delta >= -(1 << 29) && delta < (1 << 29)) {
-            uint32_t word = static_cast<uint32_t>(delta) << 2 | 1;
-            std::memcpy(code, &word, sizeof word);
-            code += sizeof word;
-        } else {
-            *code++ = kWide;
-            std::memcpy(code, &ips[i], sizeof ips[i]);
-            code += sizeof ips[i];
-        }
-        before = ips[i];
-    }
     r->id = id;
     r->n = n;
-    arena_keep(static_cast<size_t>(code - room) + kReadSlack);
+    arena_keep(sizeof(Record) + frame_code::encode(ips, n, r->code()) + frame_code::kReadSlack);
     rescan_modules(false);  // a module loaded since the last scan
     chunk[(id - 1) & (kChunkSize - 1)] = r;
     g_count = id;

@@ -16,7 +16,7 @@
 // per-thread memo) an indirection more was a cache miss more per lookup.
 //
 // Memory: a record keeps its frames delta-encoded, innermost first, in 2,
-// 4 or 9 bytes each (stack_table.cpp): return addresses of one module lie
+// 4 or 9 bytes each (frame_code.h): return addresses of one module lie
 // within a few MiB of each other. On that compiler the table's frames went
 // from 28.7 MiB (8 bytes a frame) to 12.0 MiB, most of the recorder's
 // memory there. Plus 16 bytes of table per slot (at most half of them
