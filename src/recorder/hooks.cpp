@@ -38,6 +38,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include "format/hslog.h"
@@ -181,8 +182,8 @@ __attribute__((always_inline)) inline uint32_t capture_stack(const void* hook_fr
     int max = static_cast<int>(config().depth) + 8;
     uint64_t top = config().unwind == hslog::UnwindMode::FramePointer ? stack_top() : 0;
     if (top) {
-        int n = walk_frame_pointers(ips, max, top);
-        return intern_program_frames(ips, n, stack_hash(ips, static_cast<uint32_t>(n)));
+        uint32_t n = std::min(static_cast<uint32_t>(walk_frame_pointers(ips, max, top)), config().depth);
+        return intern_stack(ips, n, stack_hash(ips, n));
     }
     // The prefetch is for a stack within the depth limit, the usual case.
     static constexpr StackKeyer keyer{intern_program_frames, prefetch_stack};

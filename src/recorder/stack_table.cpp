@@ -58,16 +58,10 @@ size_t g_arena_left = 0;
 
 const Record* record_of(uint32_t id) { return g_chunks[(id - 1) >> kChunkBits][(id - 1) & (kChunkSize - 1)]; }
 
-// Calls fn(ip) for each frame of r, innermost first, while it returns true.
-template <typename Fn>
-void for_each_frame(const Record& r, Fn fn) {
-    frame_code::decode(r.code(), r.n, fn);
-}
-
 bool same_frames(const Record& r, const uint64_t* ips, uint32_t n) {
     if (r.n != n) return false;
     uint32_t matched = 0;
-    for_each_frame(r, [&](uint64_t ip) {
+    frame_code::decode(r.code(), r.n, [&](uint64_t ip) {
         if (ip != ips[matched]) return false;
         ++matched;
         return true;
@@ -135,7 +129,7 @@ void queue_stack_record(const Record& r) {
     codec::Writer w(nullptr, 0);
     if (!metadata_reserve(2 * codec::kMaxVarint + 1 + r.n * 2 * codec::kMaxVarint, &w)) return;
     hslog::put_stack_header(w, r.id, r.n);
-    for_each_frame(r, [&](uint64_t ip) {
+    frame_code::decode(r.code(), r.n, [&](uint64_t ip) {
         ResolvedFrame f = resolve_frame(ip);
         hslog::put_stack_frame(w, f.module, f.vaddr);
         return true;

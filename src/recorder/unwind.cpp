@@ -440,21 +440,21 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
     // there already (a link broke further up, the same frames came back)
     // are left as they are: on equal frames below, their steps and hashes
     // are equal too.
-    if (prepare) {
-        uint64_t hash = kept >= 0 ? last[kept].hash : 0;
-        for (int i = nf - 1; i >= 0; --i)
-            if (!fresh[i].own) hash = stack_hash_step(hash, fresh[i].frame.ip);
-        prepare(hash);
+    // The fresh frames' hashes, before the cache is brought up to date, so
+    // the key's lookup can start meanwhile (StackKeyer::prepare).
+    uint64_t hash = kept >= 0 ? last[kept].hash : 0;
+    for (int i = nf - 1; i >= 0; --i) {
+        if (!fresh[i].own) hash = stack_hash_step(hash, fresh[i].frame.ip);
+        fresh[i].hash = hash;
     }
+    if (prepare) prepare(hash);
     bool same = true;
     for (int i = 0; i < nf; ++i) {
         int at = kept + 1 + i;
         const CachedFrame& frame = fresh[nf - 1 - i];
         same = same && at < last_count && same_frame(last[at].frame, frame.frame);
         if (same) continue;
-        uint64_t below = at ? last[at - 1].hash : 0;
         last[at] = frame;
-        last[at].hash = frame.own ? below : stack_hash_step(below, frame.frame.ip);
         c->sps[at] = frame.frame.sp;
         c->rips[kMaxFrames - 1 - at] = frame.frame.ip;
         c->owns[at] = static_cast<uint16_t>((at ? c->owns[at - 1] : 0) + frame.own);
