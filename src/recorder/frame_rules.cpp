@@ -437,6 +437,7 @@ struct Table {
     uint64_t mask;
     unsigned shift;
     std::atomic<uint64_t> used;
+    Table* older;  // the table this one replaced: its rules are not read again
     Slot slots[1];
 };
 
@@ -455,6 +456,7 @@ Table* replace_table(Table* old, unsigned bits) {
     if (!fresh) return old;
     fresh->mask = capacity - 1;
     fresh->shift = 64 - bits;
+    fresh->older = old;
     if (g_table.compare_exchange_strong(old, fresh, std::memory_order_acq_rel)) return fresh;
     raw_unmap(fresh, table_bytes(capacity));
     return old;  // another thread's table won; `old` now holds it
@@ -462,8 +464,27 @@ Table* replace_table(Table* old, unsigned bits) {
 
 uint64_t home(const Table* t, uint64_t pc) { return (pc * 0x9e3779b97f4a7c15ull) >> t->shift; }
 
+// The probe of frame_rule: the slot of pc in t, or null.
+const Slot* find(const Table* t, uint64_t pc) {
+    uint64_t i = home(t, pc);
+    for (int probe = 0; probe < kMaxProbes; ++probe, i = (i + 1) & t->mask) {
+        const Slot& s = t->slots[i];
+        uint64_t key = s.pc.load(std::memory_order_acquire);
+        if (key == pc) return &s;
+        if (key == 0) break;
+    }
+    return nullptr;
+}
+
+// A rule an older table has, else the CFI's.
+FrameRule rule_of(const Table* t, uint64_t pc) {
+    for (const Table* old = t->older; old; old = old->older)
+        if (const Slot* s = find(old, pc)) return s->rule;
+    return read_rule(pc);
+}
+
 const FrameRule* insert(Table* t, uint64_t pc) {
-    FrameRule rule = read_rule(pc);
+    FrameRule rule = rule_of(t, pc);
     if (t->used.load(std::memory_order_relaxed) * 2 >= t->mask + 1)
         t = replace_table(t, static_cast<unsigned>(64 - t->shift) + 2);
     uint64_t i = home(t, pc);
@@ -492,13 +513,7 @@ const FrameRule* frame_rule(uint64_t pc) {
         t = replace_table(nullptr, kFirstBits);
         if (!t) return &kUnsupported;
     }
-    uint64_t i = home(t, pc);
-    for (int probe = 0; probe < kMaxProbes; ++probe, i = (i + 1) & t->mask) {
-        const Slot& s = t->slots[i];
-        uint64_t key = s.pc.load(std::memory_order_acquire);
-        if (key == pc) return &s.rule;
-        if (key == 0) break;
-    }
+    if (const Slot* s = find(t, pc)) return &s->rule;
     return insert(t, pc);
 }
 

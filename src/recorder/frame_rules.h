@@ -24,9 +24,11 @@
 // _dl_find_object, lock-free and async-signal-safe, unlike dl_iterate_phdr)
 // and claims an empty slot with a CAS. Two threads missing the same address
 // may both insert it; both copies are equal. When the table passes half
-// full a table four times larger replaces it and refills on demand; old
-// tables are never unmapped, so a reader racing the switch and a rule
-// pointer handed out stay valid. A slot claimed by a thread that is
+// full a table four times larger replaces it and refills on demand from
+// the tables it replaced (a rule's CFI is read once: on a compile, each
+// replacement had read every hot address's CFI again); old tables are
+// never unmapped, so a reader racing the switch and a rule pointer handed
+// out stay valid. A slot claimed by a thread that is
 // interrupted for good (a fork child, a dying thread) before it publishes
 // is lost, nothing more. Rejected: a per-thread cache as in libunwind
 // (every thread pays every miss, and memory grows with threads); a lock

@@ -169,10 +169,16 @@ uint64_t stack_top() {
 // them against the limit: `depth` plus room for them.
 // The innermost `depth` frames: a deeper stack's hash is taken again over
 // those it keeps.
-uint32_t intern_program_frames(uint64_t* ips, int n, uint64_t hash) {
+uint32_t intern_program_frames(uint64_t* ips, int n, uint64_t hash, const void** record) {
     uint32_t depth = config().depth;
-    if (n <= static_cast<int>(depth)) return intern_stack(ips, static_cast<uint32_t>(n), hash);
-    return intern_stack(ips, depth, stack_hash(ips, depth));
+    if (n <= static_cast<int>(depth)) return intern_stack(ips, static_cast<uint32_t>(n), hash, record);
+    return intern_stack(ips, depth, stack_hash(ips, depth), record);
+}
+
+// Whether ips[0..n), cut the same way, is the stack `record` holds.
+bool recall_program_frames(const void* record, const uint64_t* ips, int n) {
+    uint32_t depth = config().depth;
+    return record && stack_id_of(record, ips, std::min(static_cast<uint32_t>(n), depth)) != 0;
 }
 
 // `hook_frame`: the frame of the hook that was called from the program
@@ -186,7 +192,7 @@ __attribute__((always_inline)) inline uint32_t capture_stack(const void* hook_fr
         return intern_stack(ips, n, stack_hash(ips, n));
     }
     // The prefetch is for a stack within the depth limit, the usual case.
-    static constexpr StackKeyer keyer{intern_program_frames, prefetch_stack};
+    static constexpr StackKeyer keyer{intern_program_frames, prefetch_stack, recall_program_frames};
     return unwind_stack_key(ips, max, keyer, hook_frame);
 }
 

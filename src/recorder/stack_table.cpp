@@ -69,14 +69,14 @@ bool same_frames(const Record& r, const uint64_t* ips, uint32_t n) {
     return matched == n;
 }
 
-uint32_t find(const Table* table, uint64_t tag, const uint64_t* ips, uint32_t n) {
-    if (!table) return 0;
+const Record* find(const Table* table, uint64_t tag, const uint64_t* ips, uint32_t n) {
+    if (!table) return nullptr;
     for (uint64_t i = home(tag, table->mask);; i = (i + 1) & table->mask) {
         uint64_t t = table->slots[i].tag.load(std::memory_order_acquire);
-        if (!t) return 0;
+        if (!t) return nullptr;
         if (t != tag) continue;
         const Record* r = table->slots[i].record.load(std::memory_order_relaxed);
-        if (same_frames(*r, ips, n)) return r->id;
+        if (same_frames(*r, ips, n)) return r;
     }
 }
 
@@ -137,15 +137,15 @@ void queue_stack_record(const Record& r) {
     metadata_commit(w);
 }
 
-uint32_t insert_locked(uint64_t tag, const uint64_t* ips, uint32_t n) {
-    if (uint32_t id = find(g_table.load(std::memory_order_acquire), tag, ips, n)) return id;
-    if (g_count + 1 >= kMaxChunks * kChunkSize || !grow_table_if_needed()) return 0;
+const Record* insert_locked(uint64_t tag, const uint64_t* ips, uint32_t n) {
+    if (const Record* r = find(g_table.load(std::memory_order_acquire), tag, ips, n)) return r;
+    if (g_count + 1 >= kMaxChunks * kChunkSize || !grow_table_if_needed()) return nullptr;
     uint32_t id = g_count + 1;
     const Record**& chunk = g_chunks[(id - 1) >> kChunkBits];
     if (!chunk) chunk = static_cast<const Record**>(raw_map(sizeof(Record*) * kChunkSize));
     // The arena keeps the slack the decoder reads past a record's code.
     uint8_t* room = arena_room(sizeof(Record) + n * frame_code::kMaxBytesPerFrame + frame_code::kReadSlack);
-    if (!chunk || !room) return 0;
+    if (!chunk || !room) return nullptr;
     auto* r = reinterpret_cast<Record*>(room);
     r->id = id;
     r->n = n;
@@ -155,16 +155,25 @@ uint32_t insert_locked(uint64_t tag, const uint64_t* ips, uint32_t n) {
     g_count = id;
     queue_stack_record(*r);
     place(g_table.load(std::memory_order_relaxed), tag, r);
-    return id;
+    return r;
 }
 
 }  // namespace
 
-uint32_t intern_stack(const uint64_t* ips, uint32_t n, uint64_t hash) {
+uint32_t intern_stack(const uint64_t* ips, uint32_t n, uint64_t hash, const void** record) {
     uint64_t tag = tag_of(hash);
-    if (uint32_t id = find(g_table.load(std::memory_order_acquire), tag, ips, n)) return id;
-    LockGuard guard(metadata_lock());
-    return insert_locked(tag, ips, n);
+    const Record* r = find(g_table.load(std::memory_order_acquire), tag, ips, n);
+    if (!r) {
+        LockGuard guard(metadata_lock());
+        r = insert_locked(tag, ips, n);
+    }
+    if (record) *record = r;
+    return r ? r->id : 0;
+}
+
+uint32_t stack_id_of(const void* record, const uint64_t* ips, uint32_t n) {
+    const auto* r = static_cast<const Record*>(record);
+    return same_frames(*r, ips, n) ? r->id : 0;
 }
 
 void prefetch_stack(uint64_t hash) {

@@ -41,7 +41,14 @@ inline uint64_t stack_hash(const uint64_t* ips, uint32_t n) {
 
 // Returns the id (>= 1) of the stack `ips[0..n)` (innermost first), or 0 if
 // memory for a new stack could not be had. `hash` must be stack_hash(ips, n).
-uint32_t intern_stack(const uint64_t* ips, uint32_t n, uint64_t hash);
+// `record`, if not null, receives the stack's record (null with id 0),
+// which stack_id_of can check another stack against: a caller's cache of
+// recent stacks keeps it instead of their frames.
+uint32_t intern_stack(const uint64_t* ips, uint32_t n, uint64_t hash, const void** record = nullptr);
+
+// The id of the stack `record` (from intern_stack) holds if that stack is
+// exactly ips[0..n), else 0. Records live as long as the process.
+uint32_t stack_id_of(const void* record, const uint64_t* ips, uint32_t n);
 
 // Starts loading the table slot where intern_stack will look for a stack
 // of this hash: a compiler's stacks fill a table far larger than the

@@ -19,8 +19,9 @@
 //     never a guess. A link that no longer holds (the same leaf called from
 //     another caller at the same depth, a longjmp, a frame returned from
 //     and entered again) is stepped afresh and the walk goes on;
-//   - key() (the stack id) is remembered per stack by its ips, compared in
-//     full, so a stack seen lately is not hashed and looked up again;
+//   - key() (the stack id) is remembered per stack (the memo), checked
+//     against the stack's record in full, so a stack seen lately is not
+//     hashed and looked up in the shared table again;
 //   - a hook's stack whose first frame is the last stack's top one (a
 //     loop allocating at one place) is the last stack if its links hold:
 //     its key without a walk;
@@ -61,7 +62,7 @@
 // thread or a fork child never use one at the same time. Nothing in them
 // is trusted without the link check, so any thread may take any of them.
 // More than 128 recording threads at once: the rest walk without a cache
-// (slower, same stacks). About 170 KiB each from raw_map, mapped on first
+// (slower, same stacks). About 260 KiB each from raw_map, mapped on first
 // use, resident only as far as touched, and counted as recorder memory.
 #pragma once
 
@@ -76,20 +77,25 @@ namespace heapsnap::recorder {
 // frames are walked, those left out included. Returns the count.
 int unwind_stack(uint64_t* ips, int max);
 
-// What unwind_stack_key hands a stack to. key(ips, n, hash) returns its
-// key; hash is stack_hash(ips, n), mostly kept per frame by the cache,
-// not taken again. prepare(hash), if not null, is called as soon as the
-// hash is known, before the cache is brought up to date and the memo
-// looked at, so that a lookup by key can start early (a prefetch).
+// What unwind_stack_key hands a stack to. key(ips, n, hash, &token)
+// returns its key; hash is stack_hash(ips, n), mostly kept per frame by
+// the cache, not taken again. prepare(hash), if not null, is called as
+// soon as the hash is known, before the cache is brought up to date and
+// the memo looked at, so that a lookup by key can start early (a
+// prefetch). The memo of recent stacks keeps, per stack, its key and the
+// token key set: recall(token, ips, n) says whether ips[0..n) gets that
+// key again (the recorder's token is the stack's record in the stack
+// table). Without recall there is no memo.
 struct StackKeyer {
-    uint32_t (*key)(uint64_t* ips, int n, uint64_t hash);
+    uint32_t (*key)(uint64_t* ips, int n, uint64_t hash, const void** token);
     void (*prepare)(uint64_t hash);
+    bool (*recall)(const void* token, const uint64_t* ips, int n);
 };
 
 // Unwinds like unwind_stack and returns keyer.key for the stack; for a
-// stack of the same ips as one the cache remembers, the earlier result
-// without calling key. key must depend on ips, n and max only, and may
-// change ips; a 0 result is not remembered. `from`, if not null, is the
+// stack the memo holds (recall says so), the earlier result without
+// calling key. key must depend on ips, n and max only, and may change
+// ips; a 0 result is not remembered. `from`, if not null, is the
 // frame address of a function of this module (built with frame pointers)
 // whose caller the walk starts with: a hook passes its own, so the
 // recorder's frames between it and here are not walked.

@@ -79,21 +79,33 @@ std::vector<std::vector<uint64_t>> g_keyed;
 long g_key_calls = 0;
 long g_wrong_hashes = 0;  // key handed a hash other than stack_hash of its frames
 
-uint32_t intern(uint64_t* ips, int n, uint64_t hash) {
+// The token is the key itself: recall compares with the stack it names.
+const void* token_of(uint32_t key) { return reinterpret_cast<const void*>(uintptr_t{key}); }
+uint32_t key_of(const void* token) { return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(token)); }
+
+uint32_t intern(uint64_t* ips, int n, uint64_t hash, const void** token) {
     ++g_key_calls;
     if (hash != heapsnap::recorder::stack_hash(ips, static_cast<uint32_t>(n))) ++g_wrong_hashes;
     std::vector<uint64_t> stack(ips + 1, ips + n);  // without the return address into compare_key
-    for (size_t i = 0; i < g_keyed.size(); ++i)
-        if (g_keyed[i] == stack) return static_cast<uint32_t>(i + 1);
+    for (size_t i = 0; i < g_keyed.size(); ++i) {
+        if (g_keyed[i] != stack) continue;
+        *token = token_of(static_cast<uint32_t>(i + 1));
+        return static_cast<uint32_t>(i + 1);
+    }
     g_keyed.push_back(stack);
+    *token = token_of(static_cast<uint32_t>(g_keyed.size()));
     return static_cast<uint32_t>(g_keyed.size());
+}
+
+bool recall(const void* token, const uint64_t* ips, int n) {
+    return g_keyed.at(key_of(token) - 1) == std::vector<uint64_t>(ips + 1, ips + n);
 }
 
 Tally g_key_tally;
 
 __attribute__((noinline)) void compare_key() {
     uint64_t ips[kMax];
-    uint32_t key = unwind_stack_key(ips, kMax, {intern, nullptr}, nullptr);
+    uint32_t key = unwind_stack_key(ips, kMax, {intern, nullptr, recall}, nullptr);
     std::vector<uint64_t> theirs = libunwind_stack();
     std::vector<uint64_t> expected(theirs.begin() + 1, theirs.end());
     ++g_key_tally.checks;
@@ -103,7 +115,7 @@ __attribute__((noinline)) void compare_key() {
 // As a hook calls it: the walk starts with the caller of the frame passed.
 __attribute__((noinline)) void compare_key_from_frame() {
     uint64_t ips[kMax];
-    uint32_t key = unwind_stack_key(ips, kMax, {intern, nullptr}, __builtin_frame_address(0));
+    uint32_t key = unwind_stack_key(ips, kMax, {intern, nullptr, recall}, __builtin_frame_address(0));
     std::vector<uint64_t> theirs = libunwind_stack();
     // intern leaves out ips[0], here the return address into at_leaf.
     std::vector<uint64_t> expected(theirs.begin() + 2, theirs.end());
@@ -169,7 +181,7 @@ uint64_t rbp_data_value() {
 // first frame of the walk holds data in rbp.
 __attribute__((noinline)) void compare_key_under_rbp_data(int) {
     uint64_t ips[kMax];
-    uint32_t key = unwind_stack_key(ips, kMax, {intern, nullptr}, __builtin_frame_address(0));
+    uint32_t key = unwind_stack_key(ips, kMax, {intern, nullptr, recall}, __builtin_frame_address(0));
     std::vector<uint64_t> theirs = libunwind_stack();
     std::vector<uint64_t> expected(theirs.begin() + 2, theirs.end());
     ++g_key_tally.checks;
@@ -481,7 +493,7 @@ struct ThreadTallies {
 pthread_mutex_t g_thread_keys_lock = PTHREAD_MUTEX_INITIALIZER;
 std::vector<std::vector<uint64_t>> g_thread_keyed;
 
-uint32_t intern_locked(uint64_t* ips, int n, uint64_t) {
+uint32_t intern_locked(uint64_t* ips, int n, uint64_t, const void** token) {
     std::vector<uint64_t> stack(ips + 1, ips + n);  // without the return address into the place
     pthread_mutex_lock(&g_thread_keys_lock);
     uint32_t key = 0;
@@ -492,12 +504,20 @@ uint32_t intern_locked(uint64_t* ips, int n, uint64_t) {
         key = static_cast<uint32_t>(g_thread_keyed.size());
     }
     pthread_mutex_unlock(&g_thread_keys_lock);
+    *token = token_of(key);
     return key;
+}
+
+bool recall_locked(const void* token, const uint64_t* ips, int n) {
+    pthread_mutex_lock(&g_thread_keys_lock);
+    bool same = g_thread_keyed.at(key_of(token) - 1) == std::vector<uint64_t>(ips + 1, ips + n);
+    pthread_mutex_unlock(&g_thread_keys_lock);
+    return same;
 }
 
 __attribute__((noinline)) void thread_key_compare(Tally& tally) {
     uint64_t ips[kMax];
-    uint32_t key = unwind_stack_key(ips, kMax, {intern_locked, nullptr}, __builtin_frame_address(0));
+    uint32_t key = unwind_stack_key(ips, kMax, {intern_locked, nullptr, recall_locked}, __builtin_frame_address(0));
     std::vector<uint64_t> theirs = libunwind_stack();
     std::vector<uint64_t> expected(theirs.begin() + 2, theirs.end());
     pthread_mutex_lock(&g_thread_keys_lock);
