@@ -304,9 +304,11 @@ void give_back(const Borrowed& b) {
 
 uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x9e3779b97f4a7c15ull; }
 
+NearRule& near_rule(StackCache* c, uint64_t pc) { return c->near[mix(0, pc) >> (64 - kNearBits)]; }
+
 const FrameRule& rule_for(StackCache* c, uint64_t pc) {
     if (!c) return *frame_rule(pc);
-    NearRule& near = c->near[mix(0, pc) >> (64 - kNearBits)];
+    NearRule& near = near_rule(c, pc);
     if (near.pc != pc) near = NearRule{pc, *frame_rule(pc)};
     return near.rule;
 }
@@ -443,6 +445,9 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
         if (rule.kind == FrameRule::Outermost) break;
         f = caller;
         if (f.ip < 0x4000) break;
+        // Its rule's line, while the search below runs: a compiler's own
+        // work evicts the near rules between two allocations.
+        if (c) __builtin_prefetch(&near_rule(c, f.ip - 1));
     }
     if (!c) return Walked{n, false, false, 0};
     // The fresh frames go above the kept ones. Those equal to what is
@@ -457,6 +462,7 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
         fresh[i].hash = hash;
     }
     if (prepare) prepare(hash);
+    __builtin_prefetch(&c->memos[hash >> (64 - kMemoBits)]);  // read once the cache is up to date
     bool same = true;
     for (int i = 0; i < nf; ++i) {
         int at = kept + 1 + i;
