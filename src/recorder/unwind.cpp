@@ -159,18 +159,21 @@ struct SegmentFrame {
     Frame frame;
     Reads reads;  // of the step to its caller
 };
-struct Segment {
+// What a lookup reads comes first, from a line's start: a hit of three
+// frames (python3's usual) reads the tag line and three more, five or six
+// when bp_free sat behind the frames and segments began mid-line.
+struct alignas(64) Segment {
     uint32_t key;   // 0: empty
     int count;      // frames, innermost first; frames[count - 1]'s caller is frames[join] of the last stack
     int join;
-    uint64_t generation;  // prefix_generation[join] of the last stack when keyed
-    Frame join_frame;     // the last stack's frames[join] when keyed: the caller of frames[count - 1]
-    SegmentFrame frames[kSegmentFrames];  // frames[0]: the first frame
     // Bit i: the walk from frames[i] on does not depend on its rbp (its
     // rule neither uses rbp nor hands it on to a frame that does), so that
     // rbp is not compared: code that keeps data in rbp calls the same
     // places with other values in it.
     uint32_t bp_free;
+    uint64_t generation;  // prefix_generation[join] of the last stack when keyed
+    Frame join_frame;     // the last stack's frames[join] when keyed: the caller of frames[count - 1]
+    SegmentFrame frames[kSegmentFrames];  // frames[0]: the first frame
     // The ips of the last stack's frames join..0 when keyed: when those
     // frames were rewritten since, equal ips still mean the same stack.
     uint64_t outer_ips[kSegmentOuter];
@@ -178,7 +181,7 @@ struct Segment {
 // The tags (a hash of the first frame; 0: empty) on one line, so a lookup
 // reads one segment only.
 struct SegmentBucket {
-    uint64_t tags[kSegmentWays];
+    alignas(64) uint64_t tags[kSegmentWays];
     Segment ways[kSegmentWays];
 };
 
