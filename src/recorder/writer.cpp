@@ -92,6 +92,14 @@ SleepFlag g_sleeping;
 std::atomic<bool> g_intervals_closed{false};
 std::atomic<bool> g_interval_busy{false};
 pthread_t g_thread;
+// Held across a start or a stop of the writer thread, the join included:
+// the last thread's exit hook stops the writer while a thread it created
+// may be recording its first event, which starts it again. Without the
+// lock the start could replace g_thread between the stop's flag and its
+// join, and the stop joined a writer that was never told to stop: the
+// program hung at exit (tests/stress main_exit, about 1 run in 40 under
+// load).
+SpinLock g_thread_lock;
 int g_wake_fd = -1;
 
 void wake_now() {
@@ -664,6 +672,7 @@ bool writer_open() {
 }
 
 bool writer_start_thread() {
+    LockGuard lifecycle(g_thread_lock);
     if (g_running.load() || g_fd < 0) return g_running.load();
     g_stop.store(false);
     control_open();
@@ -711,6 +720,7 @@ namespace {
 
 // Joins the writer thread (if it runs) and closes the control socket.
 void stop_writer_thread() {
+    LockGuard lifecycle(g_thread_lock);
     if (g_running.exchange(false)) {
         g_stop.store(true, std::memory_order_release);
         wake_now();
@@ -764,6 +774,7 @@ void writer_stop(hslog::EndReason reason) {
 
 void writer_forget_after_fork() {
     g_writer_lock.reset();
+    g_thread_lock.reset();
     raw_forget_after_fork();
     g_running.store(false);
     g_stop.store(false);

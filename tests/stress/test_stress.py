@@ -10,6 +10,7 @@ its numbers. Timeouts are hang detectors (a deadlocked child, a recorder
 waiting forever), not performance bounds.
 """
 
+import concurrent.futures
 import os
 import re
 import signal
@@ -133,6 +134,21 @@ class StressTest(UnchangedTest):
                 self.assert_replays(log, ended=("exit",))
                 self.assert_site_entry(log, "0s", "after-close", "after_close", "close_fds.c", 16665, 3)
                 self.assert_site_entry(log, "0s", "exit", "after_close", "close_fds.c", 16665, 3)
+
+    def test_main_thread_pthread_exit_races(self):
+        # The last thread's exit hook stops the writer while the worker,
+        # 0.1 s later, records its first event and starts it again; runs
+        # side by side on two cores make the two overlap. A start racing a
+        # stop once made the stop join a writer never told to stop (a hang)
+        # or end the log without its End record.
+        argv = [program("stress_main_exit")]
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            runs = list(pool.map(lambda _: self.run_recorded(argv), range(32)))
+        for result, logs in runs:
+            self.assertEqual((result.returncode, result.stdout), (0, b"main_exit: worker done\n"),
+                             result.stderr[-2000:])
+            end = self.end_record(self.one_log(logs))
+            self.assertEqual((end or {}).get("reason"), "exit", logs)
 
     def test_main_thread_pthread_exit(self):
         # The writer thread must not keep the process alive once the
