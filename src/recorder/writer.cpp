@@ -99,7 +99,11 @@ pthread_t g_thread;
 // join, and the stop joined a writer that was never told to stop: the
 // program hung at exit (tests/stress main_exit, about 1 run in 40 under
 // load).
+// A signal handler that records the first event of its thread while that
+// thread holds the lock would wait for itself: it leaves the writer as it
+// is instead.
 SpinLock g_thread_lock;
+__thread bool t_holds_thread_lock;
 int g_wake_fd = -1;
 
 void wake_now() {
@@ -671,9 +675,22 @@ bool writer_open() {
     return true;
 }
 
-bool writer_start_thread() {
+namespace {
+
+// Runs fn() holding g_thread_lock, unless this thread holds it already.
+template <class Fn>
+void with_thread_lock(Fn&& fn) {
+    if (t_holds_thread_lock) return;
     LockGuard lifecycle(g_thread_lock);
-    if (g_running.load() || g_fd < 0) return g_running.load();
+    t_holds_thread_lock = true;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    fn();
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    t_holds_thread_lock = false;
+}
+
+void start_writer_thread_locked() {
+    if (g_running.load() || g_fd < 0) return;
     g_stop.store(false);
     control_open();
     // The writer must not inherit the program's signal mask expectations:
@@ -693,9 +710,14 @@ bool writer_start_thread() {
     thread_state().internal--;
     pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    if (err) return false;
-    g_running.store(true);
-    return true;
+    if (!err) g_running.store(true);
+}
+
+}  // namespace
+
+bool writer_start_thread() {
+    with_thread_lock([] { start_writer_thread_locked(); });
+    return g_running.load();
 }
 
 void writer_close_intervals() {
@@ -720,13 +742,14 @@ namespace {
 
 // Joins the writer thread (if it runs) and closes the control socket.
 void stop_writer_thread() {
-    LockGuard lifecycle(g_thread_lock);
-    if (g_running.exchange(false)) {
-        g_stop.store(true, std::memory_order_release);
-        wake_now();
-        pthread_join(g_thread, nullptr);
-    }
-    control_close();
+    with_thread_lock([] {
+        if (g_running.exchange(false)) {
+            g_stop.store(true, std::memory_order_release);
+            wake_now();
+            pthread_join(g_thread, nullptr);
+        }
+        control_close();
+    });
 }
 
 // Drains until every published event is written; another thread that is
@@ -775,6 +798,7 @@ void writer_stop(hslog::EndReason reason) {
 void writer_forget_after_fork() {
     g_writer_lock.reset();
     g_thread_lock.reset();
+    t_holds_thread_lock = false;
     raw_forget_after_fork();
     g_running.store(false);
     g_stop.store(false);
