@@ -166,19 +166,19 @@ uint64_t stack_top() {
 }
 
 // The unwinders leave the recorder's own frames out (unwind.h), but walk
-// them against the limit: `depth` plus room for them.
-// The innermost `depth` frames: a deeper stack's hash is taken again over
-// those it keeps.
+// them against the limit: `depth` plus room for them. A stack keeps its
+// innermost `depth` frames.
+uint32_t kept_frames(int n) { return std::min(static_cast<uint32_t>(n), config().depth); }
+
+// A deeper stack's hash is taken again over the frames it keeps.
 uint32_t intern_program_frames(uint64_t* ips, int n, uint64_t hash, const void** record) {
-    uint32_t depth = config().depth;
-    if (n <= static_cast<int>(depth)) return intern_stack(ips, static_cast<uint32_t>(n), hash, record);
-    return intern_stack(ips, depth, stack_hash(ips, depth), record);
+    uint32_t kept = kept_frames(n);
+    return intern_stack(ips, kept, kept == static_cast<uint32_t>(n) ? hash : stack_hash(ips, kept), record);
 }
 
 // Whether ips[0..n), cut the same way, is the stack `record` holds.
 bool recall_program_frames(const void* record, const uint64_t* ips, int n) {
-    uint32_t depth = config().depth;
-    return record && stack_id_of(record, ips, std::min(static_cast<uint32_t>(n), depth)) != 0;
+    return stack_id_of(record, ips, kept_frames(n)) != 0;
 }
 
 // `hook_frame`: the frame of the hook that was called from the program
@@ -188,7 +188,7 @@ __attribute__((always_inline)) inline uint32_t capture_stack(const void* hook_fr
     int max = static_cast<int>(config().depth) + 8;
     uint64_t top = config().unwind == hslog::UnwindMode::FramePointer ? stack_top() : 0;
     if (top) {
-        uint32_t n = std::min(static_cast<uint32_t>(walk_frame_pointers(ips, max, top)), config().depth);
+        uint32_t n = kept_frames(walk_frame_pointers(ips, max, top));
         return intern_stack(ips, n, stack_hash(ips, n));
     }
     // The prefetch is for a stack within the depth limit, the usual case.

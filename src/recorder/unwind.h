@@ -85,7 +85,8 @@ int unwind_stack(uint64_t* ips, int max);
 // prefetch). The memo of recent stacks keeps, per stack, its key and the
 // token key set: recall(token, ips, n) says whether ips[0..n) gets that
 // key again (the recorder's token is the stack's record in the stack
-// table). Without recall there is no memo.
+// table). recall only sees tokens of nonzero keys, which are remembered;
+// without recall there is no memo.
 struct StackKeyer {
     uint32_t (*key)(uint64_t* ips, int n, uint64_t hash, const void** token);
     void (*prepare)(uint64_t hash);

@@ -97,8 +97,8 @@ pthread_t g_thread;
 // may be recording its first event, which starts it again. Without the
 // lock the start could replace g_thread between the stop's flag and its
 // join, and the stop joined a writer that was never told to stop: the
-// program hung at exit (tests/stress main_exit, about 1 run in 40 under
-// load).
+// program hung at exit or its log lost the End record (tests/stress
+// main_exit, 8 of 80 runs beside a CPU burner).
 // A signal handler that records the first event of its thread while that
 // thread holds the lock would wait for itself: it leaves the writer as it
 // is instead.
