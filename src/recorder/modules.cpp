@@ -14,6 +14,7 @@
 #include "recorder/lifecycle.h"
 #include "recorder/metadata_queue.h"
 #include "recorder/raw_alloc.h"
+#include "recorder/stack_table.h"
 
 namespace heapsnap::recorder {
 namespace {
@@ -224,6 +225,10 @@ void rescan_modules(bool force) {
     Counters now{0, 0};
     dl_iterate_phdr(read_counters, &now);
     if (!force && now.adds == g_scanned_adds && now.subs == g_scanned_subs) return;
+    // Stacks interned before the change are resolved against the list
+    // before it. (A forced scan is a fresh start: at initialization there
+    // are no stacks, and a fork child queues all of them again after it.)
+    if (!force) queue_pending_stacks(UINT32_MAX);
     g_scanned_adds = now.adds;
     g_scanned_subs = now.subs;
     for (uint32_t i = 0; i < g_count; ++i) g_modules[i].seen = false;

@@ -51,7 +51,8 @@ constexpr uint32_t kMaxChunks = 4096;  // 268M stacks
 // Records by id, for requeue_all_stacks only.
 const Record** g_chunks[kMaxChunks];
 std::atomic<Table*> g_table{nullptr};
-uint32_t g_count = 0;  // ids 1..g_count are in use (guarded by the metadata lock)
+uint32_t g_count = 0;   // ids 1..g_count are in use (guarded by the metadata lock)
+uint32_t g_queued = 0;  // ids 1..g_queued have their Stack records queued (likewise)
 
 uint8_t* g_arena = nullptr;  // records, bump-allocated in 4 MiB pieces
 size_t g_arena_left = 0;
@@ -150,10 +151,12 @@ const Record* insert_locked(uint64_t tag, const uint64_t* ips, uint32_t n) {
     r->id = id;
     r->n = n;
     arena_keep(sizeof(Record) + frame_code::encode(ips, n, r->code()) + frame_code::kReadSlack);
-    rescan_modules(false);  // a module loaded since the last scan
+    // A module loaded since the last scan gets known before the writer
+    // resolves this stack's frames; a module unloaded since has the
+    // stacks before this one resolved first (queue_pending_stacks).
+    rescan_modules(false);
     chunk[(id - 1) & (kChunkSize - 1)] = r;
     g_count = id;
-    queue_stack_record(*r);
     place(g_table.load(std::memory_order_relaxed), tag, r);
     return r;
 }
@@ -181,8 +184,16 @@ void prefetch_stack(uint64_t hash) {
     if (table) __builtin_prefetch(&table->slots[home(tag_of(hash), table->mask)]);
 }
 
+bool queue_pending_stacks(uint32_t max) {
+    uint32_t last = g_count - g_queued > max ? g_queued + max : g_count;
+    for (uint32_t id = g_queued + 1; id <= last; ++id) queue_stack_record(*record_of(id));
+    g_queued = last;
+    return g_queued < g_count;
+}
+
 void requeue_all_stacks() {
-    for (uint32_t id = 1; id <= g_count; ++id) queue_stack_record(*record_of(id));
+    g_queued = 0;
+    queue_pending_stacks(g_count);
 }
 
 }  // namespace heapsnap::recorder

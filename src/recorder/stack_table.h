@@ -55,6 +55,15 @@ uint32_t stack_id_of(const void* record, const uint64_t* ips, uint32_t n);
 // caches, and its lookups are mostly two misses (slot, then record).
 void prefetch_stack(uint64_t hash);
 
+// Queues the Stack records of stacks interned since the last call, at most
+// `max` of them, in id order, each resolved against the modules known now;
+// true if some are left. Caller holds the metadata lock. The writer calls
+// it before taking the queued metadata of a round, so a stack is defined
+// before any event read in that round, and rescan_modules calls it before
+// it changes the module list, so a stack's frames are resolved against the
+// modules loaded when it was interned.
+bool queue_pending_stacks(uint32_t max);
+
 // After fork: the child's new log must define every stack again. Frames
 // are resolved against the modules loaded now, which the child's log
 // describes; a frame in a module unloaded before the fork is written as a
