@@ -28,6 +28,7 @@
 #include "recorder/metadata_queue.h"
 #include "recorder/modules.h"
 #include "recorder/sampler.h"
+#include "recorder/spinlock.h"
 #include "recorder/stack_table.h"
 #include "recorder/thread_buffer.h"
 #include "recorder/unwind.h"
@@ -172,6 +173,7 @@ bool initialize() {
         return false;
     }
     init_clock();
+    set_spin_rounds();
     order_publication_init();
     g_start_ns = now_ns();
     g_owner = getpid();

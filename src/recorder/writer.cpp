@@ -199,7 +199,7 @@ int64_t advance_addr(uint64_t addr) {
 // Stack records encoded per hold of the metadata lock: a program thread
 // interning a new stack waits for the lock meanwhile (a record of a
 // compile's 41-frame stacks is about 2 800 instructions).
-constexpr uint32_t kStacksPerHold = 32;
+constexpr uint32_t kStacksPerHold = 2;
 
 // Moves the queued metadata into the stream, the Stack records of the
 // stacks interned since the last round first (stack_table.h). The lock is
