@@ -7,7 +7,7 @@
 // lock (stack_table.h), a compiler interning 87 000 stacks met it held
 // often, and its thread yielded about 10 000 times a run (75 before),
 // each yield a syscall: the kernel's share of its samples rose as much as
-// the recorder's fell. Spinning first took the yields to about 300.
+// the recorder's fell. Spinning first took them to 43 to 330 a run.
 // With one CPU to run on, the holder cannot let go while a waiter spins:
 // then there is no spinning (set_spin_rounds).
 //
@@ -23,13 +23,13 @@
 namespace heapsnap::recorder {
 
 // Pause rounds a waiter spins before it yields (about 26 ns each here).
-inline unsigned g_spin_rounds = 0;
+inline std::atomic<unsigned> g_spin_rounds{0};
 
 // Once at start: spin only if the process may run on more than one CPU.
 inline void set_spin_rounds() {
     cpu_set_t cpus;
     bool several = sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) > 1;
-    g_spin_rounds = several ? 16384 : 0;
+    g_spin_rounds.store(several ? 16384 : 0, std::memory_order_relaxed);
 }
 
 class alignas(64) SpinLock {
@@ -37,8 +37,9 @@ public:
     void lock() {
         unsigned spins = 0;
         while (flag_.exchange(true, std::memory_order_acquire)) {
+            unsigned limit = g_spin_rounds.load(std::memory_order_relaxed);
             while (flag_.load(std::memory_order_relaxed)) {
-                if (spins < g_spin_rounds) {
+                if (spins < limit) {
                     ++spins;
                     __builtin_ia32_pause();
                 } else {
