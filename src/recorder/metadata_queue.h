@@ -5,7 +5,9 @@
 // first event that uses it. Producers append it here under the metadata
 // lock; the writer takes the queue at the start of each merge round, after
 // it has read the ring heads and before any event of the round, so every
-// stack an emitted event names is already defined.
+// stack an emitted event names is already defined. (Stack records are
+// appended by the writer itself, just before it takes the queue:
+// queue_pending_stacks in stack_table.h.)
 //
 // The writer takes the queued records under the lock but writes them out
 // after releasing it: writing may cut and compress a frame (milliseconds),

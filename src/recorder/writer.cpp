@@ -203,17 +203,16 @@ constexpr uint32_t kStacksPerHold = 2;
 
 // Moves the queued metadata into the stream, the Stack records of the
 // stacks interned since the last round first (stack_table.h). The lock is
-// held only to encode a few of those and to take the queue
+// held only to encode a few of those, the last hold taking the queue
 // (metadata_queue.h).
 void put_queued_metadata() {
-    for (bool more = true; more;) {
-        LockGuard guard(metadata_lock());
-        more = queue_pending_stacks(kStacksPerHold);
-    }
     MetadataBatch batch;
-    {
+    for (bool taken = false; !taken;) {
         LockGuard guard(metadata_lock());
-        batch = metadata_take();
+        if (!queue_pending_stacks(kStacksPerHold)) {
+            batch = metadata_take();
+            taken = true;
+        }
     }
     metadata_drain(batch, [](const uint8_t* data, size_t size) { put_raw_record(data, size); });
 }
