@@ -1,11 +1,12 @@
 #include "recorder/modules.h"
 
 #include <elf.h>
-#include <link.h>
 #include <limits.h>
+#include <link.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstring>
 
@@ -37,9 +38,10 @@ struct Module {
 
 SpinLock g_lock;
 // dl_iterate_phdr's counters of objects ever loaded and unloaded: when they
-// have not moved, the module list is current.
-uint64_t g_scanned_adds = UINT64_MAX;
-uint64_t g_scanned_subs = UINT64_MAX;
+// have not moved, the module list is current. Written under the metadata
+// lock; rescan_modules_if_changed reads them without it.
+std::atomic<uint64_t> g_scanned_adds{UINT64_MAX};
+std::atomic<uint64_t> g_scanned_subs{UINT64_MAX};
 
 Module* g_modules = nullptr;  // index = id - 1
 uint32_t g_count = 0;
@@ -219,18 +221,28 @@ int read_counters(dl_phdr_info* info, size_t size, void* out) {
     return 1;  // the counters are the same in every entry: one is enough
 }
 
+Counters loader_counters() {
+    Counters now{0, 0};
+    dl_iterate_phdr(read_counters, &now);
+    return now;
+}
+
+bool scanned(const Counters& now) {
+    return now.adds == g_scanned_adds.load(std::memory_order_relaxed) &&
+           now.subs == g_scanned_subs.load(std::memory_order_relaxed);
+}
+
 }  // namespace
 
 void rescan_modules(bool force) {
-    Counters now{0, 0};
-    dl_iterate_phdr(read_counters, &now);
-    if (!force && now.adds == g_scanned_adds && now.subs == g_scanned_subs) return;
+    Counters now = loader_counters();
+    if (!force && scanned(now)) return;
     // Stacks interned before the change are resolved against the list
     // before it. (A forced scan is a fresh start: at initialization there
     // are no stacks, and a fork child queues all of them again after it.)
     if (!force) queue_pending_stacks(UINT32_MAX);
-    g_scanned_adds = now.adds;
-    g_scanned_subs = now.subs;
+    g_scanned_adds.store(now.adds, std::memory_order_relaxed);
+    g_scanned_subs.store(now.subs, std::memory_order_relaxed);
     for (uint32_t i = 0; i < g_count; ++i) g_modules[i].seen = false;
     dl_iterate_phdr(scan_one, nullptr);
     for (uint32_t i = 0; i < g_count; ++i) {
@@ -241,6 +253,12 @@ void rescan_modules(bool force) {
         }
     }
     rebuild_sorted();
+}
+
+void rescan_modules_if_changed() {
+    if (scanned(loader_counters())) return;
+    LockGuard guard(g_lock);
+    rescan_modules(false);
 }
 
 ResolvedFrame resolve_frame(uint64_t ip) {

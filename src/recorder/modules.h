@@ -31,8 +31,14 @@ struct ResolvedFrame {
 SpinLock& metadata_lock();
 
 // Brings the table up to date if modules were loaded or unloaded since the
-// last scan (always, with `force`), queuing load/unload records.
+// last scan (always, with `force`), queuing load/unload records. Caller
+// holds the metadata lock.
 void rescan_modules(bool force);
+
+// rescan_modules(false) for a caller without the metadata lock, which it
+// takes only if the loader's counters moved: interning a new stack checks
+// on every insert, and the writer holds the lock often (stack_table.h).
+void rescan_modules_if_changed();
 
 // Resolves `ip` against the table as it is.
 ResolvedFrame resolve_frame(uint64_t ip);

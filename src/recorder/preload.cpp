@@ -124,9 +124,10 @@ void on_thread_exit(void*) {
 void before_fork() {
     thread_state().internal++;
     // Lock order as in the writer: writer lock (inside writer_*), registry,
-    // metadata. Taking them here means the child never inherits a lock held
-    // by a thread that does not exist in it.
+    // stack insertion, metadata. Taking them here means the child never
+    // inherits a lock held by a thread that does not exist in it.
     registry_lock().lock();
+    stack_insert_lock().lock();
     metadata_lock().lock();
     sampler_before_fork();
 }
@@ -134,6 +135,7 @@ void before_fork() {
 void after_fork_parent() {
     sampler_after_fork_parent();
     metadata_lock().unlock();
+    stack_insert_lock().unlock();
     registry_lock().unlock();
     thread_state().internal--;
 }
@@ -141,6 +143,7 @@ void after_fork_parent() {
 void after_fork_child() {
     sampler_after_fork_child();
     metadata_lock().reset();
+    stack_insert_lock().reset();
     reset_rings_after_fork();
     reset_stack_caches_after_fork();
     writer_forget_after_fork();

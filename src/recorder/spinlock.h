@@ -3,11 +3,13 @@
 // calls into pthread, so it is safe inside malloc and in a fork child.
 // Contended waiters spin a while, then yield; these sections are short.
 //
-// Why spin: since the writer encodes new stacks' Stack records under this
-// lock (stack_table.h), a compiler interning 87 000 stacks met it held
-// often, and its thread yielded about 10 000 times a run (75 before),
-// each yield a syscall: the kernel's share of its samples rose as much as
-// the recorder's fell. Spinning first took them to 43 to 330 a run.
+// Why spin: when the writer began to encode new stacks' Stack records
+// under the metadata lock, which inserting a stack then took too, a
+// compiler interning 87 000 stacks met it held often, and its thread
+// yielded about 10 000 times a run (75 before), each yield a syscall: the
+// kernel's share of its samples rose as much as the recorder's fell.
+// Spinning first took them to 43 to 410 a run; inserting under a lock of
+// its own (stack_table.h) to 64, and the writer's 1 200 to none.
 // With one CPU to run on, the holder cannot let go while a waiter spins:
 // then there is no spinning (set_spin_rounds).
 //

@@ -2,8 +2,10 @@
 // written to the log once; events carry only the id.
 //
 // Lookups are lock-free (an open-addressing table of (tag, record) pairs,
-// read with acquire loads); inserting a new stack takes the metadata lock,
-// resolves its frames to (module, vaddr) and queues its Stack record. When
+// read with acquire loads); inserting a new stack takes a lock of its own
+// (stack_insert_lock), not the metadata lock, which the writer holds while
+// it resolves new stacks' frames to (module, vaddr) and encodes their
+// Stack records (queue_pending_stacks). When
 // the table passes half full, a table of twice the size is filled and
 // published; the old one is kept (never freed) so a lookup racing the
 // switch still reads valid memory and, at worst, misses and retries under
@@ -24,6 +26,8 @@
 #pragma once
 
 #include <cstdint>
+
+#include "recorder/spinlock.h"
 
 namespace heapsnap::recorder {
 
@@ -63,6 +67,11 @@ void prefetch_stack(uint64_t hash);
 // it changes the module list, so a stack's frames are resolved against the
 // modules loaded when it was interned.
 bool queue_pending_stacks(uint32_t max);
+
+// Held while a stack is inserted. Lock order: this one, then the metadata
+// lock (an insert rescans the modules under it when they changed). Taken
+// across fork so a child never inherits a half-inserted stack.
+SpinLock& stack_insert_lock();
 
 // After fork: the child's new log must define every stack again. Frames
 // are resolved against the modules loaded now, which the child's log

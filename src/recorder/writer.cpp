@@ -196,10 +196,12 @@ int64_t advance_addr(uint64_t addr) {
     return delta;
 }
 
-// Stack records encoded per hold of the metadata lock: a program thread
-// interning a new stack waits for the lock meanwhile (a record of a
-// compile's 41-frame stacks is about 2 800 instructions).
-constexpr uint32_t kStacksPerHold = 2;
+// Stack records encoded per hold of the metadata lock (a record of a
+// compile's 41-frame stacks is about 2 800 instructions). Program threads
+// take that lock only for a marker or a module loaded or unloaded since
+// the last scan (inserting a stack has its own lock, stack_table.h), so
+// the holds need not be short, only bounded.
+constexpr uint32_t kStacksPerHold = 32;
 
 // Moves the queued metadata into the stream, the Stack records of the
 // stacks interned since the last round first (stack_table.h). The lock is
