@@ -271,13 +271,18 @@ void RecordStream::marker(codec::Reader& r, LogVisitor& visitor) {
     m.rss_kb = r.varint();
     m.threads = static_cast<uint32_t>(r.varint());
     m.recorder_bytes = r.varint();
-    m.malloc.arena = r.varint();
-    m.malloc.ordblks = r.varint();
-    m.malloc.hblks = r.varint();
-    m.malloc.hblkhd = r.varint();
-    m.malloc.uordblks = r.varint();
-    m.malloc.fordblks = r.varint();
-    m.malloc.keepcost = r.varint();
+    uint8_t has_malloc = r.u8();
+    if (has_malloc > 1) r.invalidate();
+    m.has_malloc = has_malloc == 1;
+    if (m.has_malloc) {
+        m.malloc.arena = r.varint();
+        m.malloc.ordblks = r.varint();
+        m.malloc.hblks = r.varint();
+        m.malloc.hblkhd = r.varint();
+        m.malloc.uordblks = r.varint();
+        m.malloc.fordblks = r.varint();
+        m.malloc.keepcost = r.varint();
+    }
     uint32_t regions = r.u32le();
     if (regions > r.remaining() / 11) {  // more than the frame could hold
         r.invalidate();

@@ -145,6 +145,8 @@ struct MarkerRecord {
     uint64_t rss_kb = 0;
     uint32_t threads = 0;
     uint64_t recorder_bytes = 0;  // memory the recorder itself holds
+    // mallinfo2() at the marker; the exit marker has none (formats/hslog.md).
+    bool has_malloc = false;
     MallocStats malloc;
     std::vector<MapRegion> regions;
 };

@@ -38,8 +38,10 @@ void put_marker(ByteBuffer& o, const MarkerRecord& m, bool has_data) {
     o.varint(m.rss_kb);
     o.varint(m.threads);
     o.varint(m.recorder_bytes);
+    o.u8(m.has_malloc ? 1 : 0);
     const MallocStats& s = m.malloc;
-    for (uint64_t v : {s.arena, s.ordblks, s.hblks, s.hblkhd, s.uordblks, s.fordblks, s.keepcost}) o.varint(v);
+    if (m.has_malloc)
+        for (uint64_t v : {s.arena, s.ordblks, s.hblks, s.hblkhd, s.uordblks, s.fordblks, s.keepcost}) o.varint(v);
     o.varint(m.regions.size());
     for (const MapRegion& r : m.regions) {
         o.varint(r.start);
@@ -83,9 +85,13 @@ void get_marker(codec::Reader& r, MarkerRecord& m, bool& has_data) {
     m.rss_kb = r.varint();
     m.threads = static_cast<uint32_t>(r.varint());
     m.recorder_bytes = r.varint();
+    uint8_t has_malloc = r.u8();
+    if (has_malloc > 1) r.invalidate();
+    m.has_malloc = has_malloc == 1;
     MallocStats& s = m.malloc;
-    for (uint64_t* v : {&s.arena, &s.ordblks, &s.hblks, &s.hblkhd, &s.uordblks, &s.fordblks, &s.keepcost})
-        *v = r.varint();
+    if (m.has_malloc)
+        for (uint64_t* v : {&s.arena, &s.ordblks, &s.hblks, &s.hblkhd, &s.uordblks, &s.fordblks, &s.keepcost})
+            *v = r.varint();
     uint64_t n = r.count(11);
     m.regions.resize(n);
     for (MapRegion& g : m.regions) {

@@ -27,7 +27,7 @@
 
 namespace heapsnap {
 
-inline constexpr uint32_t kSnapshotVersion = 2;  // 2: Process has sample_bytes
+inline constexpr uint32_t kSnapshotVersion = 3;  // 2: Process has sample_bytes; 3: malloc stats optional
 
 enum class EntryKind : uint8_t { Heap = 0, Mmap = 1 };
 

@@ -17,7 +17,9 @@ namespace {
 // Version 4 (log version 3): the reader's allocation infos (fn, size, stack
 // and live count of each) and live addressed blocks instead of block ids;
 // live blocks are kept per info, oldest first, or by address.
-const FileKind kCheckpointKind{"HSNAPCKP", 4, "checkpoint"};
+// Version 5 (log version 5): markers as in snapshot version 3, their
+// mallinfo2 numbers after a presence byte.
+const FileKind kCheckpointKind{"HSNAPCKP", 5, "checkpoint"};
 constexpr size_t kFingerprintBytes = 4096;
 
 // FNV-1a over the log's first bytes (its header and process record): ties

@@ -53,7 +53,7 @@ addrspace::AddressSpaceSummary summarize_snapshot(const Snapshot& s) {
     in.tracked_live_bytes = s.totals.live_bytes;
     in.tracked_live_blocks = s.totals.live_blocks;
     in.malloc = s.marker.malloc;
-    in.has_malloc = s.has_marker_data;
+    in.has_malloc = s.has_marker_data && s.marker.has_malloc;
     in.threads = s.marker.threads;
     in.recorder_bytes = s.marker.recorder_bytes;
     return addrspace::summarize(in);

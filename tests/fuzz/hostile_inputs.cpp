@@ -127,7 +127,8 @@ Enc marker_record(uint32_t index, hslog::MarkerCause cause, const std::string& l
     e.varint(2048);  // rss_kb
     e.varint(2);     // threads
     e.varint(65536);  // recorder_bytes
-    for (int i = 0; i < 7; ++i) e.varint(1000 + i);  // mallinfo2
+    e.u8(1);          // mallinfo2 follows
+    for (int i = 0; i < 7; ++i) e.varint(1000 + i);
     e.u32le(regions_claimed);
     if (with_region) {
         e.svarint(0x555555554000);  // start

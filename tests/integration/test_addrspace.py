@@ -91,6 +91,21 @@ class AddressSpaceTest(HeapsnapTest):
             self.assertRegex(text, r"(?m)^%s\s+\d+\s" % row)
         self.assertIn("Reconciliation", text)
 
+    def test_malloc_statistics_at_markers_but_exit(self):
+        # Marker E follows a 3 MiB malloc: mallinfo2 counts it in use. The
+        # exit marker takes no mallinfo2 (it walks every free chunk).
+        at_e = self.json_of("maps", "%s@E" % self.log, "--format", "json")
+        self.assertGreaterEqual(at_e["malloc_in_use_bytes"], 3 * MIB)
+        self.assertIsInstance(at_e["malloc_free_bytes"], int)
+        at_exit = self.json_of("maps", "%s@exit" % self.log, "--format", "json")
+        for key in ("malloc", "malloc_in_use_bytes", "malloc_free_bytes", "fragmentation"):
+            self.assertIsNone(at_exit[key], key)
+        self.assertRegex(self.heapsnap("maps", "%s@exit" % self.log).stdout,
+                         r"(?m)^  malloc\s+no allocator statistics$")
+        space = self.step("E", "exit")
+        self.assertIsNone(space["delta"]["malloc_in_use_bytes"])
+        self.assertIsInstance(space["old"]["malloc_in_use_bytes"], int)
+
     def test_maps_of_live_unrecorded_process(self):
         sleeper = subprocess.Popen(["sleep", "30"])
         try:

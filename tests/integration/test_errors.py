@@ -44,18 +44,17 @@ class InputErrorTest(HeapsnapTest):
     def test_other_version(self):
         data = bytearray(open(self.log(), "rb").read())
         self.assertEqual(bytes(data[:8]), b"HEAPSNAP")
-        self.assertEqual(struct.unpack_from("<I", data, 8)[0], 4)
-        struct.pack_into("<I", data, 8, 5)
-        self.assert_log_error(self.write("v5.hslog", bytes(data)), "unsupported log format version 5")
-        # Version 3 logs (no short records), version 2 logs (frees by block
+        self.assertEqual(struct.unpack_from("<I", data, 8)[0], 5)
+        struct.pack_into("<I", data, 8, 6)
+        self.assert_log_error(self.write("v6.hslog", bytes(data)), "unsupported log format version 6")
+        # Version 4 logs (no presence byte before a marker's mallinfo2),
+        # version 3 logs (no short records), version 2 logs (frees by block
         # id) and version 1 logs (addresses in every record) are not read
         # either.
-        struct.pack_into("<I", data, 8, 3)
-        self.assert_log_error(self.write("v3.hslog", bytes(data)), "unsupported log format version 3 (this heapsnap reads version 4)")
-        struct.pack_into("<I", data, 8, 2)
-        self.assert_log_error(self.write("v2.hslog", bytes(data)), "unsupported log format version 2 (this heapsnap reads version 4)")
-        struct.pack_into("<I", data, 8, 1)
-        self.assert_log_error(self.write("v1.hslog", bytes(data)), "unsupported log format version 1 (this heapsnap reads version 4)")
+        for version in (4, 3, 2, 1):
+            struct.pack_into("<I", data, 8, version)
+            self.assert_log_error(self.write("v%d.hslog" % version, bytes(data)),
+                                  "unsupported log format version %d (this heapsnap reads version 5)" % version)
 
     def test_truncated_and_corrupt(self):
         data = open(self.log(), "rb").read()

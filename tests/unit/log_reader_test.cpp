@@ -250,26 +250,27 @@ TEST_CASE("log reader: bad input is refused with one clear message") {
     TempFile text{LogBuilder().write(std::vector<uint8_t>{'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd', '!', '!', '!', '!', '!'})};
     CHECK(expect_error(text.path) == text.path + ": not a heapsnap log (bad magic)");
 
-    // Version 3 had no short records: its tags 0x80-0xff are unknown, so a
+    // Version 4 had no presence byte before a marker's mallinfo2 numbers;
+    // version 3 had no short records: its tags 0x80-0xff are unknown, so a
     // version-3 reader could not read version 4's AllocInfo and Free records
     // (formats/hslog.md, Version policy). Version 2 named blocks by reused
     // block ids.
-    for (uint32_t version : {2u, 3u}) {
+    for (uint32_t version : {2u, 3u, 4u}) {
         LogBuilder older;
         older.header(version);
         older.process();
         older.frame();
         TempFile f{older.write()};
         CHECK(expect_error(f.path) == f.path + ": unsupported log format version " + std::to_string(version) +
-                                          " (this heapsnap reads version 4)");
+                                          " (this heapsnap reads version 5)");
     }
 
     LogBuilder newer;
-    newer.header(5);
+    newer.header(6);
     newer.process();
     newer.frame();
-    TempFile v5{newer.write()};
-    CHECK(expect_error(v5.path) == v5.path + ": unsupported log format version 5 (this heapsnap reads version 4)");
+    TempFile v6{newer.write()};
+    CHECK(expect_error(v6.path) == v6.path + ": unsupported log format version 6 (this heapsnap reads version 5)");
 
     LogBuilder header_only;
     TempFile h{header_only.write()};
@@ -447,6 +448,43 @@ TEST_CASE("replay: partial munmap splits a mapping") {
     Snapshot bsnap = snapshot_at(f.path, parse_moment("2"));
     CHECK(bsnap.totals.mmap_bytes == 0);
     CHECK(bsnap.entries.empty());
+}
+
+namespace {
+
+struct MarkerMalloc : LogVisitor {
+    std::vector<MarkerRecord> markers;
+    void on_marker(const MarkerRecord& m) override { markers.push_back(m); }
+};
+
+}  // namespace
+
+TEST_CASE("log reader: a marker's mallinfo2 numbers are there only if its presence byte says so") {
+    LogBuilder b;
+    b.process();
+    b.marker(1100000, 1, "A");
+    b.marker(1200000, 2, "exit", hslog::MarkerCause::Exit);
+    b.frame();
+    TempFile f{b.write()};
+    MarkerMalloc seen;
+    read_log(f.path, seen);
+    REQUIRE(seen.markers.size() == 2);
+    CHECK(seen.markers[0].has_malloc);
+    CHECK(seen.markers[0].malloc.arena == 3);
+    CHECK(seen.markers[0].malloc.keepcost == 9);
+    CHECK(seen.markers[0].regions.empty());
+    CHECK_FALSE(seen.markers[1].has_malloc);
+    CHECK(seen.markers[1].malloc.arena == 0);
+    CHECK(seen.markers[1].label == "exit");
+    CHECK(snapshot_at(f.path, parse_moment("A")).marker.has_malloc);
+    CHECK_FALSE(snapshot_at(f.path, parse_moment("exit")).marker.has_malloc);
+
+    LogBuilder bad;
+    bad.process();
+    bad.marker(1100000, 1, "A", hslog::MarkerCause::User, 2);
+    bad.frame();
+    TempFile g{bad.write()};
+    CHECK(expect_error(g.path).find("corrupt") != std::string::npos);
 }
 
 TEST_CASE("moments: peak, time offsets, missing markers") {

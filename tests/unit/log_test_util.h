@@ -120,8 +120,11 @@ public:
         events_++;
         done(w);
     }
-    // A marker without regions.
-    void marker(uint64_t t, uint32_t index, const char* label, hslog::MarkerCause cause = hslog::MarkerCause::User) {
+    // A marker without regions. Like the recorder's, it has mallinfo2
+    // numbers (3 to 9) unless it is the exit marker; `malloc_byte` overrides
+    // the presence byte.
+    void marker(uint64_t t, uint32_t index, const char* label, hslog::MarkerCause cause = hslog::MarkerCause::User,
+                int malloc_byte = -1) {
         codec::Writer w = room();
         w.u8(static_cast<uint8_t>(hslog::Tag::Marker));
         w.varint((t - now_) / hslog::kTimeUnitNs);
@@ -131,7 +134,11 @@ public:
         w.varint(index);
         w.u8(static_cast<uint8_t>(cause));
         w.str(label);
-        for (int i = 0; i < 3 + 7; ++i) w.varint(i);
+        for (int i = 0; i < 3; ++i) w.varint(i);
+        uint8_t has_malloc = malloc_byte >= 0 ? static_cast<uint8_t>(malloc_byte) : cause != hslog::MarkerCause::Exit;
+        w.u8(has_malloc);
+        if (has_malloc == 1)
+            for (int i = 3; i < 3 + 7; ++i) w.varint(i);
         w.u32le(0);
         done(w);
     }

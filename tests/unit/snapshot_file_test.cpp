@@ -22,6 +22,7 @@ Snapshot sample() {
     s.marker.time_ns = 2500000500;
     s.marker.index = 3;
     s.marker.label = "after warm-up";
+    s.marker.has_malloc = true;
     s.marker.malloc.uordblks = 1234;
     MapRegion r;
     r.start = 0x1000;
@@ -88,7 +89,7 @@ TEST_CASE("snapshot: damaged files give one clear error") {
     std::vector<uint8_t> v9 = good;
     v9[8] = 9;
     put(v9);
-    CHECK(error_of(f.path) == f.path + ": unsupported snapshot format version 9 (this heapsnap reads version 2)");
+    CHECK(error_of(f.path) == f.path + ": unsupported snapshot format version 9 (this heapsnap reads version 3)");
     std::vector<uint8_t> flipped = good;
     flipped[flipped.size() / 2] ^= 0xff;
     put(flipped);
