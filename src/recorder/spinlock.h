@@ -8,8 +8,9 @@
 // compiler interning 87 000 stacks met it held often, and its thread
 // yielded about 10 000 times a run (75 before), each yield a syscall: the
 // kernel's share of its samples rose as much as the recorder's fell.
-// Spinning first took them to 43 to 410 a run; inserting under a lock of
-// its own (stack_table.h) to 64, and the writer's 1 200 to none.
+// Spinning first took them to 43 to 410 a run (and the writer's to about
+// 1 200); inserting under a lock of its own (stack_table.h) took both to
+// none.
 // With one CPU to run on, the holder cannot let go while a waiter spins:
 // then there is no spinning (set_spin_rounds).
 //
