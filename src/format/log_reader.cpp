@@ -260,6 +260,16 @@ void RecordStream::process(codec::Reader& r, LogVisitor& visitor) {
     return;
 }
 
+void read_malloc_stats(codec::Reader& r, MarkerRecord& m) {
+    uint8_t present = r.u8();
+    if (present > 1) r.invalidate();
+    m.has_malloc = present == 1;
+    if (!m.has_malloc) return;
+    MallocStats& s = m.malloc;
+    for (uint64_t* v : {&s.arena, &s.ordblks, &s.hblks, &s.hblkhd, &s.uordblks, &s.fordblks, &s.keepcost})
+        *v = r.varint();
+}
+
 void RecordStream::marker(codec::Reader& r, LogVisitor& visitor) {
     MarkerRecord m;
     m.time_ns = advance(r);
@@ -271,18 +281,7 @@ void RecordStream::marker(codec::Reader& r, LogVisitor& visitor) {
     m.rss_kb = r.varint();
     m.threads = static_cast<uint32_t>(r.varint());
     m.recorder_bytes = r.varint();
-    uint8_t has_malloc = r.u8();
-    if (has_malloc > 1) r.invalidate();
-    m.has_malloc = has_malloc == 1;
-    if (m.has_malloc) {
-        m.malloc.arena = r.varint();
-        m.malloc.ordblks = r.varint();
-        m.malloc.hblks = r.varint();
-        m.malloc.hblkhd = r.varint();
-        m.malloc.uordblks = r.varint();
-        m.malloc.fordblks = r.varint();
-        m.malloc.keepcost = r.varint();
-    }
+    read_malloc_stats(r, m);
     uint32_t regions = r.u32le();
     if (regions > r.remaining() / 11) {  // more than the frame could hold
         r.invalidate();

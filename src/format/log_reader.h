@@ -151,6 +151,11 @@ struct MarkerRecord {
     std::vector<MapRegion> regions;
 };
 
+// A marker's mallinfo2() numbers as the log (version 5) and the snapshot
+// (version 3) both store them: a presence byte, then, if it is 1, the seven
+// varints; a byte above 1 invalidates `r`. Sets m.has_malloc and m.malloc.
+void read_malloc_stats(codec::Reader& r, MarkerRecord& m);
+
 struct EndRecord {
     uint64_t time_ns = 0;
     hslog::EndReason reason = hslog::EndReason::Exit;

@@ -85,13 +85,7 @@ void get_marker(codec::Reader& r, MarkerRecord& m, bool& has_data) {
     m.rss_kb = r.varint();
     m.threads = static_cast<uint32_t>(r.varint());
     m.recorder_bytes = r.varint();
-    uint8_t has_malloc = r.u8();
-    if (has_malloc > 1) r.invalidate();
-    m.has_malloc = has_malloc == 1;
-    MallocStats& s = m.malloc;
-    if (m.has_malloc)
-        for (uint64_t* v : {&s.arena, &s.ordblks, &s.hblks, &s.hblkhd, &s.uordblks, &s.fordblks, &s.keepcost})
-            *v = r.varint();
+    read_malloc_stats(r, m);
     uint64_t n = r.count(11);
     m.regions.resize(n);
     for (MapRegion& g : m.regions) {

@@ -49,7 +49,7 @@ constexpr uint32_t kChunkBits = 16;
 constexpr uint32_t kChunkSize = 1u << kChunkBits;
 constexpr uint32_t kMaxChunks = 4096;  // 268M stacks
 
-// Records by id, for requeue_all_stacks only.
+// Records by id, for queue_pending_stacks (the writer, and requeue_all_stacks).
 const Record** g_chunks[kMaxChunks];
 std::atomic<Table*> g_table{nullptr};
 // Inserts take a lock of their own: the writer holds the metadata lock
