@@ -62,8 +62,11 @@
 // thread or a fork child never use one at the same time. Nothing in them
 // is trusted without the link check, so any thread may take any of them.
 // More than 128 recording threads at once: the rest walk without a cache
-// (slower, same stacks). About 260 KiB each from raw_map, mapped on first
-// use, resident only as far as touched, and counted as recorder memory.
+// (slower, same stacks). About 260 KiB each, mapped on first use and
+// populated then (raw_map_populated: a page first read, then written,
+// would cost a second fault and a TLB shootdown): all of it resident
+// from then on (a freed cache waits for the next thread), and counted as
+// recorder memory.
 #pragma once
 
 #include <cstdint>
