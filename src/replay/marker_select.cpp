@@ -67,7 +67,11 @@ public:
         seen_ = c.markers;
     }
 
+    void on_end(const EndRecord& e) override { end_ = e; }
+
     bool taken() const { return taken_; }
+    // The log's End record, if it has one.
+    const std::optional<EndRecord>& end() const { return end_; }
     // The last moment the log speaks of: its last event or marker.
     uint64_t end_ns() const { return std::max(last_time_ns(), last_marker_ns_); }
     Snapshot& result() { return result_; }
@@ -110,6 +114,7 @@ private:
     bool taken_ = false;
     Snapshot result_;
     std::vector<MarkerRecord> seen_;
+    std::optional<EndRecord> end_;
 };
 
 // Finds how many events had been replayed when live heap bytes peaked.
@@ -184,6 +189,21 @@ bool after_checkpoint(const Moment& moment, const Checkpoint& c) {
     return false;
 }
 
+// Why a log has no exit marker, from how it ends (formats/hslog.md, End).
+std::string why_no_exit(const std::optional<EndRecord>& end, const ReadSummary& summary) {
+    if (!end) {
+        if (summary.truncated) return "the process did not exit normally (the log is truncated)";
+        return "the log has no end: the process was killed, crashed, called _exit or is still running";
+    }
+    switch (end->reason) {
+        case hslog::EndReason::Exec:
+            return "the process called exec, where this log ends (the new program records into a log of its own)";
+        case hslog::EndReason::Shutdown: return "recording stopped while the process ran on";
+        case hslog::EndReason::Exit: break;
+    }
+    return "the log ends at the process's exit without one";
+}
+
 bool checkpoints_enabled() {
     const char* off = std::getenv("HEAPSNAP_NO_CHECKPOINT");
     return !(off && *off && std::string(off) != "0");
@@ -216,8 +236,7 @@ Snapshot snapshot_at(const std::string& log, const Moment& moment) {
             case Moment::Kind::End:
             case Moment::Kind::Time: replay.take_synthetic(replay.end_ns(), moment.text); break;
             case Moment::Kind::Exit:
-                throw Error(log + ": no marker \"exit\": the process did not exit normally" +
-                            std::string(summary.truncated ? " (the log is truncated)" : "") +
+                throw Error(log + ": no marker \"exit\": " + why_no_exit(replay.end(), summary) +
                             " — use @end for everything the log holds; " + describe(replay.seen()));
             default: throw Error(log + ": no marker \"" + moment.text + "\"; " + describe(replay.seen()));
         }

@@ -180,7 +180,9 @@ class StressTest(UnchangedTest):
                 self.assert_site_entry(log, "0s", "before-death", "doomed_keep", "dying.c", 4936, 2)
                 self.assert_site_entry(log, "0s", "end", "doomed_keep", "dying.c", 4936, 2)
                 self.assert_error(["snapshot", log, "--at", "exit", "-o", self.path("x.hsnap")],
-                                  "did not exit normally")
+                                  ': no marker "exit": the log has no end: the process was killed, crashed, '
+                                  'called _exit or is still running — use @end for everything the log holds; '
+                                  'markers: 1 "before-death"\n')
 
     # A process that ends (_exit, a signal) before the writer's first timed
     # frame cut still leaves a readable log: the Process record is written
@@ -214,6 +216,10 @@ class StressTest(UnchangedTest):
         before, after = logs
         self.assert_replays(before, ended=("exec",))
         self.assert_site_entry(before, "0s", "end", "exec_keep", "vfork_exec.c", 3333, 1)
+        self.assert_error(["snapshot", before, "--at", "exit", "-o", self.path("x.hsnap")],
+                          ': no marker "exit": the process called exec, where this log ends (the new program '
+                          'records into a log of its own) — use @end for everything the log holds; '
+                          'the log has no markers\n')
         self.assert_replays(after, ended=("exit",))
         self.assert_site_entry(after, "0s", "exit", "child_keep", "vfork_exec.c", 2222, 1)
 
