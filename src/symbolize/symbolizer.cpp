@@ -17,9 +17,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <vector>
 #include <unordered_map>
 #include <utility>
+
+#include "symbolize/symbol_table.h"
 
 namespace heapsnap {
 
@@ -138,17 +141,13 @@ std::string inlined_function_name(Dwarf_Die* inlined_call)
     return name ? name : "";
 }
 
-// Only a symbol whose recorded size covers the address: the nearest
-// preceding symbol of a sizeless or too-short one may be an unrelated
-// function. Returns the raw (possibly mangled) name.
-std::string elf_symbol_name(Dwfl_Module* module, uint64_t vaddr)
+// Only a symbol whose recorded size covers the address (symbol_table.h):
+// the nearest preceding symbol of a sizeless or too-short one may be an
+// unrelated function. Returns the raw (possibly mangled) name.
+std::string elf_symbol_name(const SymbolTable& symbols, uint64_t vaddr)
 {
-    GElf_Off offset = 0;
-    GElf_Sym symbol;
-    const char* name = dwfl_module_addrinfo(module, vaddr, &offset, &symbol, nullptr, nullptr, nullptr);
-    if (!name || symbol.st_size == 0 || offset >= symbol.st_size)
-        return {};
-    return name;
+    const char* name = symbols.name_at(vaddr);
+    return name ? name : "";
 }
 
 // Mangled names first, because they carry namespaces and parameter types:
@@ -156,11 +155,11 @@ std::string elf_symbol_name(Dwfl_Module* module, uint64_t vaddr)
 // (static, anonymous namespace), but the symbol table still has their
 // mangled name. A plain DWARF name beats a plain ELF symbol, which may be
 // any of several aliases of a C function.
-std::string real_function_name(Dwfl_Module* module, uint64_t vaddr, Dwarf_Die* subprogram)
+std::string real_function_name(const SymbolTable& symbols, uint64_t vaddr, Dwarf_Die* subprogram)
 {
     if (const char* mangled = subprogram ? dwarf_mangled_name(subprogram) : nullptr)
         return demangle(mangled);
-    std::string symbol = elf_symbol_name(module, vaddr);
+    std::string symbol = elf_symbol_name(symbols, vaddr);
     const char* dwarf_name = subprogram ? string_attribute(subprogram, DW_AT_name) : nullptr;
     if (is_mangled(symbol.c_str()) || !dwarf_name)
         return demangle(symbol.c_str());
@@ -268,14 +267,14 @@ bool in_executable_segment(Dwfl_Module* module, uint64_t vaddr)
 
 // frames.back() is always the real function; DWARF adds the inlined frames
 // in front of it where there are any.
-std::vector<SymbolFrame> resolve(Dwfl_Module* module, uint64_t vaddr)
+std::vector<SymbolFrame> resolve(Dwfl_Module* module, const SymbolTable& symbols, uint64_t vaddr)
 {
     std::vector<SymbolFrame> frames(1);
     if (!in_executable_segment(module, vaddr)) return frames;
     set_line_table_location(module, vaddr, frames[0]);
     Dwarf_Die subprogram;
     bool in_subprogram = add_inlined_frames(module, vaddr, frames, subprogram);
-    frames.back().function = real_function_name(module, vaddr, in_subprogram ? &subprogram : nullptr);
+    frames.back().function = real_function_name(symbols, vaddr, in_subprogram ? &subprogram : nullptr);
     return frames;
 }
 
@@ -291,6 +290,7 @@ struct Symbolizer::Impl {
     struct Module {
         DwflHandle dwfl;
         Dwfl_Module* elf = nullptr;  // null: unusable, every address is module+offset
+        std::optional<SymbolTable> symbols;  // of elf
         bool warned_no_symbol = false;
         std::unordered_map<uint64_t, std::vector<SymbolFrame>> frames_by_vaddr;
     };
@@ -339,8 +339,10 @@ void Symbolizer::Impl::open(const ModuleRef& ref, Module& module)
         return;
     }
     dwfl_report_end(module.dwfl.get(), nullptr, nullptr);
-    if (build_id_matches(ref, elf))
+    if (build_id_matches(ref, elf)) {
         module.elf = elf;
+        module.symbols.emplace(elf);
+    }
 }
 
 bool Symbolizer::Impl::build_id_matches(const ModuleRef& ref, Dwfl_Module* elf)
@@ -360,7 +362,8 @@ bool Symbolizer::Impl::build_id_matches(const ModuleRef& ref, Dwfl_Module* elf)
 
 std::vector<SymbolFrame> Symbolizer::Impl::lookup(const ModuleRef& ref, Module& module, uint64_t vaddr)
 {
-    std::vector<SymbolFrame> frames = module.elf ? resolve(module.elf, vaddr) : std::vector<SymbolFrame>(1);
+    std::vector<SymbolFrame> frames =
+        module.elf ? resolve(module.elf, *module.symbols, vaddr) : std::vector<SymbolFrame>(1);
     if (module.elf && frames.back().function.empty() && !module.warned_no_symbol) {
         module.warned_no_symbol = true;
         char first[32];

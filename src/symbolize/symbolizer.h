@@ -38,6 +38,12 @@
 // - Results are cached per (module, vaddr): the same few thousand return
 //   addresses appear in millions of recorded stacks.
 //
+// - ELF symbols are looked up in a table sorted by address, built once per
+//   module (symbol_table.h), not with dwfl_module_addrinfo, which scans the
+//   whole symbol table on every call: on a clang compile's log, whose
+//   libLLVM and libclang-cpp have tens of thousands of symbols, `heapsnap
+//   report` took 29 s of CPU with it and takes 1.1 s without.
+//
 // elfutils errors never escape as exceptions; they become warnings. Not
 // thread-safe: libdwfl sessions and the caches are unguarded.
 #pragma once
