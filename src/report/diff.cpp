@@ -113,21 +113,17 @@ std::string frame_label(const SymbolFrame& f) {
 StackSymbols::StackSymbols(const Snapshot& snapshot, Symbolizer& symbolizer, const std::vector<std::regex>& exclude)
     : snapshot_(snapshot), symbolizer_(symbolizer), exclude_(exclude) {}
 
-std::vector<SymbolFrame> StackSymbols::frames(uint32_t stack) const {
+std::vector<SymbolFrame> StackSymbols::symbolized(const StackFrame& raw) const {
     std::vector<SymbolFrame> out;
-    auto it = snapshot_.stacks.find(stack);
-    if (it == snapshot_.stacks.end()) return out;
-    for (const StackFrame& raw : it->second) {
-        const SnapshotModule* module = nullptr;
-        for (const SnapshotModule& m : snapshot_.modules)
-            if (m.record.id == raw.module) module = &m;
-        if (!module || module->record.path.empty() || module->record.path[0] != '/') {
-            SymbolFrame f;
-            f.module = module ? module->record.path : "?";
-            f.offset = raw.vaddr;
-            out.push_back(std::move(f));
-            continue;
-        }
+    const SnapshotModule* module = nullptr;
+    for (const SnapshotModule& m : snapshot_.modules)
+        if (m.record.id == raw.module) module = &m;
+    if (!module || module->record.path.empty() || module->record.path[0] != '/') {
+        SymbolFrame f;
+        f.module = module ? module->record.path : "?";
+        f.offset = raw.vaddr;
+        out.push_back(std::move(f));
+    } else {
         ModuleRef ref{module->record.path, module->record.build_id};
         // Return addresses point after the call; look up the call itself.
         for (SymbolFrame f : symbolizer_.symbolize(ref, raw.vaddr ? raw.vaddr - 1 : 0)) {
@@ -143,6 +139,31 @@ std::vector<SymbolFrame> StackSymbols::frames(uint32_t stack) const {
         });
     }
     return out;
+}
+
+std::vector<SymbolFrame> StackSymbols::frames(uint32_t stack) const {
+    std::vector<SymbolFrame> out;
+    auto it = snapshot_.stacks.find(stack);
+    if (it == snapshot_.stacks.end()) return out;
+    for (const StackFrame& raw : it->second)
+        for (SymbolFrame& f : symbolized(raw)) out.push_back(std::move(f));
+    return out;
+}
+
+std::vector<uint32_t> StackSymbols::frame_ids(uint32_t stack) {
+    std::vector<uint32_t> ids;
+    auto it = snapshot_.stacks.find(stack);
+    if (it == snapshot_.stacks.end()) return ids;
+    for (const StackFrame& raw : it->second) {
+        auto [known, fresh] = ids_of_raw_.try_emplace({raw.module, raw.vaddr});
+        if (fresh) {
+            std::vector<SymbolFrame> frames = symbolized(raw);
+            known->second = {static_cast<uint32_t>(frames_.size()), static_cast<uint32_t>(frames.size())};
+            for (SymbolFrame& f : frames) frames_.push_back(std::move(f));
+        }
+        for (uint32_t i = 0; i < known->second.second; ++i) ids.push_back(known->second.first + i);
+    }
+    return ids;
 }
 
 DiffResult diff(const Snapshot& old_snap, const Snapshot& new_snap, const DiffOptions& options, Symbolizer& symbolizer) {

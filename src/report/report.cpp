@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <tuple>
+#include <unordered_map>
 
 #include "format/log_decoder.h"
 #include "report/render.h"
@@ -28,32 +29,53 @@ std::string frame_key(const SymbolFrame& f) {
     return fmt::format("A\x1f{}\x1f{:x}", f.module, f.offset);
 }
 
-std::string stack_key(const std::vector<SymbolFrame>& frames) {
-    std::string key;
-    for (const SymbolFrame& f : frames) key += frame_key(f) + "\x1e";
-    return key;
-}
-
 uint64_t since_start(const Snapshot& s, uint64_t t) { return t >= s.process.start_ns ? t - s.process.start_ns : 0; }
 
-// Sites of a snapshot's entries, merged by symbolized stack, in identity
-// order (the map's).
+// Sites of a snapshot's entries, merged by symbolized stack (equal
+// frame_keys frame by frame), in identity order: by those keys in turn,
+// then kind. A stack is keyed by the ids of its frames' keys, each key's
+// text kept once, and a site's frames are copied once: keying every stack
+// by the concatenation of its keys (about 4 KiB on a compiler's 45-frame
+// stacks) and keeping every stack's frames took a compile's report 1.4 GB
+// and most of its time.
 std::vector<ReportSite> collect_sites(const Snapshot& snap, const ReportOptions& options, Symbolizer& symbolizer,
                                       bool with_age, const std::vector<StackActivity>* activity) {
     StackSymbols symbols(snap, symbolizer, options.exclude);
-    std::map<std::pair<std::string, EntryKind>, ReportSite> sites;
-    std::map<uint32_t, std::vector<SymbolFrame>> cache;
-    for (const SnapshotEntry& e : snap.entries) {
-        auto [frames, fresh_stack] = cache.try_emplace(e.stack);
-        if (fresh_stack) frames->second = symbols.frames(e.stack);
-        auto [it, fresh] = sites.try_emplace({stack_key(frames->second), e.kind});
-        ReportSite& site = it->second;
-        if (fresh) {
-            site.kind = e.kind;
-            site.frames = frames->second;
-            site.oldest_ns = e.oldest_ns;
-            site.newest_ns = e.newest_ns;
+    // frame_key texts, each with a separator after it, by id.
+    std::vector<std::string> key_texts;
+    std::unordered_map<std::string, uint32_t> key_ids;
+    std::vector<uint32_t> key_of_frame;  // by frame id; kNoKey: not taken yet
+    constexpr uint32_t kNoKey = UINT32_MAX;
+    auto key_of = [&](uint32_t frame) {
+        if (frame >= key_of_frame.size()) key_of_frame.resize(frame + 1, kNoKey);
+        if (key_of_frame[frame] == kNoKey) {
+            std::string text = frame_key(symbols.frame(frame)) + "\x1e";
+            auto [it, fresh] = key_ids.try_emplace(text, static_cast<uint32_t>(key_texts.size()));
+            if (fresh) key_texts.push_back(std::move(text));
+            key_of_frame[frame] = it->second;
         }
+        return key_of_frame[frame];
+    };
+    struct Site {
+        std::vector<uint32_t> keys;
+        ReportSite report;
+    };
+    std::vector<Site> sites;
+    std::map<std::pair<std::vector<uint32_t>, EntryKind>, size_t> index;
+    for (const SnapshotEntry& e : snap.entries) {
+        std::vector<uint32_t> frames = symbols.frame_ids(e.stack);
+        std::vector<uint32_t> keys(frames.size());
+        std::transform(frames.begin(), frames.end(), keys.begin(), key_of);
+        auto [at, fresh] = index.try_emplace({keys, e.kind}, sites.size());
+        if (fresh) {
+            Site site{std::move(keys), {}};
+            site.report.kind = e.kind;
+            for (uint32_t frame : frames) site.report.frames.push_back(symbols.frame(frame));
+            site.report.oldest_ns = e.oldest_ns;
+            site.report.newest_ns = e.newest_ns;
+            sites.push_back(std::move(site));
+        }
+        ReportSite& site = sites[at->second].report;
         site.bytes += e.bytes;
         site.blocks += e.blocks;
         site.has_age = with_age;
@@ -67,9 +89,19 @@ std::vector<ReportSite> collect_sites(const Snapshot& snap, const ReportOptions&
             }
         }
     }
+    // As the concatenated keys compared (the order before): each text ends
+    // with the separator, which no key holds.
+    std::sort(sites.begin(), sites.end(), [&](const Site& a, const Site& b) {
+        auto text_less = [&](uint32_t x, uint32_t y) { return key_texts[x] < key_texts[y]; };
+        if (std::lexicographical_compare(a.keys.begin(), a.keys.end(), b.keys.begin(), b.keys.end(), text_less))
+            return true;
+        if (std::lexicographical_compare(b.keys.begin(), b.keys.end(), a.keys.begin(), a.keys.end(), text_less))
+            return false;
+        return a.report.kind < b.report.kind;
+    });
     std::vector<ReportSite> out;
     out.reserve(sites.size());
-    for (auto& [key, site] : sites) out.push_back(std::move(site));
+    for (Site& site : sites) out.push_back(std::move(site.report));
     return out;
 }
 
