@@ -56,26 +56,22 @@ std::vector<ReportSite> collect_sites(const Snapshot& snap, const ReportOptions&
         }
         return key_of_frame[frame];
     };
-    struct Site {
-        std::vector<uint32_t> keys;
-        ReportSite report;
-    };
-    std::vector<Site> sites;
+    std::vector<ReportSite> sites;
+    // (its frames' key ids, kind) -> the site's index in sites
     std::map<std::pair<std::vector<uint32_t>, EntryKind>, size_t> index;
     for (const SnapshotEntry& e : snap.entries) {
         std::vector<uint32_t> frames = symbols.frame_ids(e.stack);
         std::vector<uint32_t> keys(frames.size());
         std::transform(frames.begin(), frames.end(), keys.begin(), key_of);
-        auto [at, fresh] = index.try_emplace({keys, e.kind}, sites.size());
+        auto [at, fresh] = index.try_emplace({std::move(keys), e.kind}, sites.size());
         if (fresh) {
-            Site site{std::move(keys), {}};
-            site.report.kind = e.kind;
-            for (uint32_t frame : frames) site.report.frames.push_back(symbols.frame(frame));
-            site.report.oldest_ns = e.oldest_ns;
-            site.report.newest_ns = e.newest_ns;
-            sites.push_back(std::move(site));
+            ReportSite& site = sites.emplace_back();
+            site.kind = e.kind;
+            for (uint32_t frame : frames) site.frames.push_back(symbols.frame(frame));
+            site.oldest_ns = e.oldest_ns;
+            site.newest_ns = e.newest_ns;
         }
-        ReportSite& site = sites[at->second].report;
+        ReportSite& site = sites[at->second];
         site.bytes += e.bytes;
         site.blocks += e.blocks;
         site.has_age = with_age;
@@ -91,17 +87,22 @@ std::vector<ReportSite> collect_sites(const Snapshot& snap, const ReportOptions&
     }
     // As the concatenated keys compared (the order before): each text ends
     // with the separator, which no key holds.
-    std::sort(sites.begin(), sites.end(), [&](const Site& a, const Site& b) {
-        auto text_less = [&](uint32_t x, uint32_t y) { return key_texts[x] < key_texts[y]; };
-        if (std::lexicographical_compare(a.keys.begin(), a.keys.end(), b.keys.begin(), b.keys.end(), text_less))
+    std::vector<decltype(index)::const_iterator> order;
+    order.reserve(index.size());
+    for (auto it = index.begin(); it != index.end(); ++it) order.push_back(it);
+    auto text_less = [&](uint32_t x, uint32_t y) { return key_texts[x] < key_texts[y]; };
+    std::sort(order.begin(), order.end(), [&](auto a, auto b) {
+        const auto& [a_keys, a_kind] = a->first;
+        const auto& [b_keys, b_kind] = b->first;
+        if (std::lexicographical_compare(a_keys.begin(), a_keys.end(), b_keys.begin(), b_keys.end(), text_less))
             return true;
-        if (std::lexicographical_compare(b.keys.begin(), b.keys.end(), a.keys.begin(), a.keys.end(), text_less))
+        if (std::lexicographical_compare(b_keys.begin(), b_keys.end(), a_keys.begin(), a_keys.end(), text_less))
             return false;
-        return a.report.kind < b.report.kind;
+        return a_kind < b_kind;
     });
     std::vector<ReportSite> out;
     out.reserve(sites.size());
-    for (Site& site : sites) out.push_back(std::move(site.report));
+    for (auto it : order) out.push_back(std::move(sites[it->second]));
     return out;
 }
 
