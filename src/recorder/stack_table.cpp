@@ -52,6 +52,14 @@ constexpr uint32_t kMaxChunks = 4096;  // 268M stacks
 // Records by id, for queue_pending_stacks (the writer, and requeue_all_stacks).
 const Record** g_chunks[kMaxChunks];
 std::atomic<Table*> g_table{nullptr};
+// The tables, one per size: a lookup reads its table's slots and mask
+// first, before it can start on the slot, so they sit here beside
+// g_table rather than on a page of their own (another TLB entry and a
+// miss ahead of every lookup on a compiler). Capacity doubles from 2^15
+// slots: 40 sizes are more than kMaxChunks ids need.
+constexpr size_t kMaxTables = 40;
+Table g_tables[kMaxTables];
+size_t g_tables_used = 0;  // g_insert_lock
 // Inserts take a lock of their own: the writer holds the metadata lock
 // whenever it encodes Stack records (queue_pending_stacks), and on a
 // compile the thread that interned 87 000 stacks spent about 3 % of the
@@ -103,9 +111,10 @@ bool grow_table_if_needed() {
     uint64_t capacity = old ? (old->mask + 1) : 0;
     if (old && (g_count.load(std::memory_order_relaxed) + 1) * 2 <= capacity) return true;
     uint64_t fresh_capacity = capacity ? capacity * 2 : (1u << 15);
-    auto* table = static_cast<Table*>(raw_map(sizeof(Table)));
+    if (g_tables_used == kMaxTables) return false;
     auto* slots = static_cast<Slot*>(raw_map_populated(fresh_capacity * sizeof(Slot)));
-    if (!table || !slots) return false;
+    if (!slots) return false;
+    Table* table = &g_tables[g_tables_used++];
     table->slots = slots;
     table->mask = fresh_capacity - 1;
     for (uint64_t i = 0; i < capacity; ++i) {

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <libunwind.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -151,10 +152,16 @@ constexpr unsigned kMemoBits = 11;
 // stack from `join` down, and if the last stack's frames 0..join are still
 // the ones it joined (their write generation, or else their ips), the
 // stack is the one keyed.
+// A bucket is chosen by the first frame and its caller's ip: a compiler
+// allocates through a few wrappers (xmalloc, operator new: 22 first
+// places on cc1plus) from thousands of callers, and with the first frame
+// alone they all fell into a few buckets of four ways. 128 buckets keyed
+// so: 410 000 walks of 1.2 M allocations there instead of 685 000 with 32
+// keyed by the first frame (and 580 000 with 32 keyed so).
 constexpr int kSegmentFrames = 8;
 constexpr int kSegmentOuter = 32;
-constexpr unsigned kSegmentBucketBits = 5;
-constexpr unsigned kSegmentWays = 4;  // places called at the same depth share a first frame
+constexpr unsigned kSegmentBucketBits = 7;
+constexpr unsigned kSegmentWays = 4;
 struct SegmentFrame {
     Frame frame;
     Reads reads;  // of the step to its caller
@@ -185,11 +192,31 @@ struct SegmentBucket {
     Segment ways[kSegmentWays];
 };
 
+// Where the first frames of the last few hooks keep their return address,
+// from their sp, for the segment tag (segment_key): a hit reads this line
+// instead of a near rule, which the program's work between two
+// allocations has mostly evicted (python3 spent about a fifth more in the
+// recorder looking the rule up on every hit). Only rules whose return
+// address is a fixed distance above sp are kept.
+// Eight: python3 takes turns among more than four (half of its hits
+// missed with four).
+constexpr int kFirstFrames = 8;
+struct alignas(64) FirstFrames {
+    uint64_t pcs[kFirstFrames];  // ip of the frame; 0: empty
+    int32_t ra_from_sp[kFirstFrames];
+    uint32_t next;
+};
+
 struct StackCache {
+    FirstFrames first_frames;
     int count;  // frames of the last stack, outermost first, so a new
                 // stack that shares its outer part rewrites only the top
     int max;    // of the walks the memos were made for
     uint32_t last_key;  // key() of the last stack; 0: unknown
+    // The last walk with the cache went past kMaxFrames: walks stop at max
+    // (a stack deeper than the cache would be walked whole every time)
+    // until one ends within max.
+    bool deep;
     CachedFrame frames[kMaxFrames];
     uint64_t sps[kMaxFrames];       // frames[i].frame.sp, densely, for the search by sp
     // What the reuse of a stack reads, densely, for the ~12 frames reused
@@ -362,15 +389,27 @@ struct Walked {
     int count;       // frames in ips
     bool cached;     // the stack is now the cache's last one
     bool unchanged;  // ... and it was the last one before, frame for frame
-    uint64_t hash;   // stack_hash(ips, count), if cached
+    uint64_t hash;   // if cached: stack_hash of the whole stack walked
     int fresh = 0;   // if cached: frames walked afresh (the cache's fresh[]) above ...
     int kept = -1;   // ... the last stack's frames 0..kept, reused
+    bool cut = false;      // the walk stopped at its limit, not at the stack's end
+    bool clipped = false;  // it went on past the `max` frames ips holds
 };
 
 // Walks from `f`: at most max frames, our own ones included; the others
 // go to ips. Our frames at the top are followed by frame pointer and left
 // out of the cache, so the cached stack starts with the program's frame,
 // whatever depth the program called from.
+//
+// With a cache, the walk may go on past max, up to `limit` frames, for the
+// cache alone: a stack kept down to its outermost frame can be reused and
+// rejoined, one cut at max cannot (its outermost cached frame is not the
+// stack's end, so no reuse can prove the rest). ips still gets the first
+// max frames only. A compiler's stacks run deeper than the recorder's
+// default limit (64 frames) now and then: walked only to the limit, each
+// allocation there stepped or copied all of its frames again, half the
+// frames the unwinder handled on a compile (cc1plus -O2 of checkpoint.cpp:
+// 5.3 M frames stepped or copied afresh, 3.0 M walked on to the end).
 //
 // With a cache: as soon as a frame equals one of the last stack (same sp,
 // ip, bp and lookup address), the last stack's frames from there are
@@ -380,10 +419,14 @@ struct Walked {
 // further out (a leaf called from a different caller rejoins the old stack
 // one frame further up). A frame no rule covers sends the whole stack to
 // libunwind.
-Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint64_t hash) = nullptr) {
+Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint64_t hash) = nullptr,
+            int limit = 0) {
     if (max > kMaxFrames) max = kMaxFrames;
+    if (!c || limit < max) limit = max;
+    if (limit > kMaxFrames) limit = kMaxFrames;
     const OwnRange own = own_range();
     int walked = 0;
+    bool cut = true;
     // Our frames at the top (the hook and the calls down to here) keep
     // frame pointers (meson.build), so each caller is one load away: no
     // rule lookup for frames that are never reported.
@@ -395,42 +438,51 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
     int nf = 0;     // fresh frames
     int kept = -1;  // last[0..kept] stays: the new stack's outer part
     int j = last_count - 1;  // the last stack's frame at or above f.sp
-    while (walked < max) {
+    while (walked < limit) {
         while (j >= 0 && c->sps[j] < f.sp) --j;
         if (j >= 0 && c->sps[j] == f.sp && same_frame(last[j].frame, f)) {
             // last[j] and its callers down to last[t] are reused: as many
-            // as hold and the depth limit allows.
-            int lo = j + 1 - (max - walked);
+            // as hold and the limit allows; those within max go to ips.
+            int lo = j + 1 - (limit - walked);
             if (lo < 0) lo = 0;
             int t = holds_down_to(c, j, lo);
-            if (c->owns[j] == (t ? c->owns[t - 1] : 0)) {
-                memcpy(ips + n, &c->rips[kMaxFrames - 1 - j], sizeof(uint64_t) * static_cast<size_t>(j - t + 1));
-                n += j - t + 1;
+            int to_ips = std::min(j - t + 1, std::max(max - walked, 0));
+            int b = j + 1 - to_ips;  // last[j..b] go to ips
+            if (to_ips && c->owns[j] == (b ? c->owns[b - 1] : 0)) {
+                memcpy(ips + n, &c->rips[kMaxFrames - 1 - j], sizeof(uint64_t) * static_cast<size_t>(to_ips));
+                n += to_ips;
             } else {
-                for (int i = j; i >= t; --i)
+                for (int i = j; i >= b; --i)
                     if (!last[i].own) ips[n++] = last[i].frame.ip;
             }
             walked += j - t + 1;
             if (t == 0 && last[0].rule.kind == FrameRule::Outermost) {
                 kept = j;
+                cut = false;
                 break;
             }
-            // Cut by the depth limit, or a link broke, or the old stack
-            // ended where memory may have changed since: what was reused
-            // becomes part of the fresh frames, and the walk goes on.
+            // Cut by the limit, or a link broke, or the old stack ended
+            // where memory may have changed since: what was reused becomes
+            // part of the fresh frames, and the walk goes on.
             for (int i = j; i >= t; --i) fresh[nf++] = last[i];
-            if (walked == max) break;
+            if (walked == limit) break;
             CachedFrame& from = fresh[nf - 1];
             f = step(from.rule, from.frame, from.reads);
             j = t - 1;
-            if (f.ip < 0x4000) break;  // where libunwind stops, too
+            if (f.ip < 0x4000) {  // where libunwind stops, too
+                cut = false;
+                break;
+            }
             continue;
         }
         const FrameRule& rule = rule_for(c, f.ip - 1);
-        if (rule.kind == FrameRule::Unsupported) return Walked{libunwind_stack(ips, max, own), false, false, 0};
+        if (rule.kind == FrameRule::Unsupported) {
+            if (walked >= max) break;  // past what ips holds: the cache keeps the stack cut here
+            return Walked{libunwind_stack(ips, max, own), false, false, 0};
+        }
         bool is_own = own.holds(f.ip);
         ++walked;
-        if (!is_own) ips[n++] = f.ip;
+        if (!is_own && walked <= max) ips[n++] = f.ip;
         Frame caller = f;
         if (fresh) {
             CachedFrame& into = fresh[nf++];
@@ -445,14 +497,21 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
             Reads reads;
             caller = step(rule, f, reads);
         }
-        if (rule.kind == FrameRule::Outermost) break;
+        if (rule.kind == FrameRule::Outermost) {
+            cut = false;
+            break;
+        }
         f = caller;
-        if (f.ip < 0x4000) break;
+        if (f.ip < 0x4000) {
+            cut = false;
+            break;
+        }
         // Its rule's line, while the search below runs: a compiler's own
         // work evicts the near rules between two allocations.
         if (c) __builtin_prefetch(&near_rule(c, f.ip - 1));
     }
-    if (!c) return Walked{n, false, false, 0};
+    const bool clipped = walked > max;
+    if (!c) return Walked{n, false, false, 0, 0, -1, cut, clipped};
     // The fresh frames go above the kept ones. Those equal to what is
     // there already (a link broke further up, the same frames came back)
     // are left as they are: on equal frames below, their steps and hashes
@@ -464,7 +523,7 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
         if (!fresh[i].own) hash = stack_hash_step(hash, fresh[i].frame.ip);
         fresh[i].hash = hash;
     }
-    if (prepare) prepare(hash);
+    if (prepare && !clipped) prepare(hash);
     __builtin_prefetch(&c->memos[hash >> (64 - kMemoBits)]);  // read once the cache is up to date
     bool same = true;
     for (int i = 0; i < nf; ++i) {
@@ -481,11 +540,13 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
     }
     bool unchanged = same && kept + 1 + nf == last_count;
     c->count = kept + 1 + nf;
-    return Walked{n, true, unchanged, c->count ? last[c->count - 1].hash : 0, nf, kept};
+    return Walked{n, true, unchanged, c->count ? last[c->count - 1].hash : 0, nf, kept, cut, clipped};
 }
 
 // Without rbp, which may be free (Segment::bp_free).
-uint64_t segment_tag(const Frame& first) { return mix(first.ip, first.sp) | 1; }
+// Of the first frame and its caller's ip, without rbp, which may be free
+// (Segment::bp_free).
+uint64_t segment_tag(const Frame& first, uint64_t caller_ip) { return mix(mix(first.ip, first.sp), caller_ip) | 1; }
 
 bool uses_bp(const FrameRule& r) {
     return r.cfa_base == FrameRule::Rbp || r.ra_base == FrameRule::Rbp || r.rbp_base == FrameRule::Rbp;
@@ -540,15 +601,35 @@ uint32_t same_stack_key(const StackCache* c, const Frame& first) {
 // stack still hold it; 0 otherwise. The stack is then the one keyed: the
 // segment's frames and the last stack's frames 0..join, each link checked
 // against memory, and frames 0..join unchanged in the cache since.
-uint32_t segment_key(StackCache* c, const Frame& first, int max) {
-    uint64_t tag = segment_tag(first);
+// The return address into the caller of `first`, as a step reads it; 0 if
+// it has none.
+uint64_t first_caller_ip(StackCache* c, const Frame& first) {
+    FirstFrames& ff = c->first_frames;
+    for (int i = 0; i < kFirstFrames; ++i)
+        if (ff.pcs[i] == first.ip) return load(first.sp + static_cast<int64_t>(ff.ra_from_sp[i]));
+    const FrameRule& rule = rule_for(c, first.ip - 1);
+    if (rule.kind != FrameRule::Step) return 0;
+    Reads reads;
+    uint64_t ip = step(rule, first, reads).ip;
+    if (rule.cfa_base == FrameRule::Rsp && !rule.cfa_deref && rule.ra_base == FrameRule::Cfa) {
+        uint32_t i = ff.next++ % kFirstFrames;
+        ff.pcs[i] = first.ip;
+        ff.ra_from_sp[i] = rule.cfa_offset + rule.ra_offset;
+    }
+    return ip;
+}
+
+uint32_t segment_key(StackCache* c, const Frame& first) {
+    // The tag takes in the first frame's caller: one load, which a hit
+    // checks again anyway.
+    uint64_t tag = segment_tag(first, first_caller_ip(c, first));
     SegmentBucket& bucket = segment_bucket(c, tag);
     for (unsigned way = 0; way < kSegmentWays; ++way) {
         if (bucket.tags[way] != tag) continue;
         Segment& sg = bucket.ways[way];
         if (!sg.key || !same_segment_frame(sg, 0, first)) continue;
         int join = sg.join;
-        if (join >= c->count || sg.count + join + 1 > max) continue;
+        if (join >= c->count) continue;
         // The last stack's frame there must be the segment's caller. The
         // link check re-reads its ip (and its bp, if the step reads it);
         // its sp follows from the step, as does its bp when not read, so
@@ -574,13 +655,18 @@ uint32_t segment_key(StackCache* c, const Frame& first, int max) {
 void keep_segment(StackCache* c, const Walked& w, uint32_t key) {
     if (w.kept < 0 || w.kept >= kSegmentOuter || w.fresh < 1 || w.fresh > kSegmentFrames) return;
     const Frame& first = c->fresh[0].frame;
-    uint64_t tag = segment_tag(first);
+    uint64_t caller_ip = 0;
+    if (c->fresh[0].rule.kind == FrameRule::Step) caller_ip = w.fresh > 1 ? c->fresh[1].frame.ip : c->frames[w.kept].frame.ip;
+    uint64_t tag = segment_tag(first, caller_ip);
     SegmentBucket& bucket = segment_bucket(c, tag);
-    // The one of the same first two frames is replaced; places called from
-    // one function at the same depth share the first and keep a way each.
+    // The one of the same first three frames is replaced; the ways keep
+    // the paths that part further out.
     auto same_start = [&](const Segment& sg) {
-        return same_segment_frame(sg, 0, first) &&
-               (w.fresh > 1 ? sg.count > 1 && same_segment_frame(sg, 1, c->fresh[1].frame) : sg.count == 1);
+        for (int i = 0; i < 3; ++i) {
+            if (i == w.fresh || i == sg.count) return i == w.fresh && i == sg.count;
+            if (!same_segment_frame(sg, i, c->fresh[i].frame)) return false;
+        }
+        return true;
     };
     unsigned way = 0;
     while (way < kSegmentWays && !(bucket.tags[way] == tag && same_start(bucket.ways[way]))) ++way;
@@ -646,13 +732,14 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, cons
     // `first` is then the program's frame.)
     if (c && from_hook) {
         uint32_t k = same_stack_key(c, first);
-        if (!k) k = segment_key(c, first, max);
+        if (!k) k = segment_key(c, first);
         if (k) {
             give_back(b);  // the last stack and its key stay as they were
             return k;
         }
     }
-    Walked w = walk(first, ips, max, c, keyer.prepare);
+    Walked w = walk(first, ips, max, c, keyer.prepare, c && !c->deep ? kMaxFrames : max);
+    if (c) c->deep = w.cut;
     const void* token = nullptr;
     if (!w.cached) {
         if (c) c->last_key = 0;
@@ -666,12 +753,15 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, cons
         give_back(b);
         return k;
     }
+    // The memo goes by the whole stack walked; key() gets the hash of the
+    // frames in ips.
     Memo* m = keyer.recall ? &c->memos[w.hash >> (64 - kMemoBits)] : nullptr;
     uint32_t k;
     if (m && m->key && m->hash == w.hash && m->count == w.count && keyer.recall(m->token, ips, w.count)) {
         k = m->key;
     } else {
-        k = keyer.key(ips, w.count, w.hash, &token);
+        uint64_t hash = w.clipped ? stack_hash(ips, static_cast<uint32_t>(w.count)) : w.hash;
+        k = keyer.key(ips, w.count, hash, &token);
         if (m) *m = Memo{w.hash, token, w.count, k};
     }
     c->last_key = k;

@@ -26,10 +26,14 @@
 //     loop allocating at one place) is the last stack if its links hold:
 //     its key without a walk;
 //   - the frames walked afresh above the last stack are kept per first
-//     frame with the key of their whole stack (a segment), so a place an
-//     interpreter allocates from again (a dict, a string, a list in turn)
-//     costs only its link checks: no step, no rewrite, no memo. It holds
-//     while the last stack's frames it joined have not been rewritten.
+//     frame and its caller with the key of their whole stack (a segment),
+//     so a place an interpreter allocates from again (a dict, a string, a
+//     list in turn) costs only its link checks: no step, no rewrite, no
+//     memo. It holds while the last stack's frames it joined have not been
+//     rewritten (or hold the same return addresses again);
+//   - a stack deeper than the frames asked for is still walked to its end
+//     for the cache (up to kMaxDepth + 8 frames), so that it can be reused
+//     and rejoined like any other; only the frames asked for are reported.
 //     A segment frame's rbp is compared only where the walk depends on it
 //     (its rule reads through rbp, or hands rbp on to a frame that does):
 //     code that keeps data in rbp, as python3's does, calls the same place
@@ -62,11 +66,11 @@
 // thread or a fork child never use one at the same time. Nothing in them
 // is trusted without the link check, so any thread may take any of them.
 // More than 128 recording threads at once: the rest walk without a cache
-// (slower, same stacks). About 260 KiB each, mapped on first use and
-// populated then (raw_map_populated: a page first read, then written,
-// would cost a second fault and a TLB shootdown): all of it resident
-// from then on (a freed cache waits for the next thread), and counted as
-// recorder memory.
+// (slower, same stacks). About 530 KiB each (370 KiB of it segments),
+// mapped on first use and populated then (raw_map_populated: a page first
+// read, then written, would cost a second fault and a TLB shootdown): all
+// of it resident from then on (a freed cache waits for the next thread),
+// and counted as recorder memory.
 #pragma once
 
 #include <cstdint>
@@ -99,10 +103,11 @@ struct StackKeyer {
 // Unwinds like unwind_stack and returns keyer.key for the stack; for a
 // stack the memo holds (recall says so), the earlier result without
 // calling key. key must depend on ips, n and max only, and may change
-// ips; a 0 result is not remembered. `from`, if not null, is the
-// frame address of a function of this module (built with frame pointers)
-// whose caller the walk starts with: a hook passes its own, so the
-// recorder's frames between it and here are not walked.
+// ips; a 0 result is not remembered. ips gets at most max frames, though
+// the walk may go on past them for the cache (unwind.cpp, walk). `from`,
+// if not null, is the frame address of a function of this module (built
+// with frame pointers) whose caller the walk starts with: a hook passes
+// its own, so the recorder's frames between it and here are not walked.
 uint32_t unwind_stack_key(uint64_t* ips, int max, const StackKeyer& keyer, const void* from);
 
 // --unwind fp: follows the saved frame pointers, left out and limited the

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -102,12 +103,22 @@ bool recall(const void* token, const uint64_t* ips, int n) {
 }
 
 Tally g_key_tally;
+// The frames unwind_stack_key is asked for: below a stack's depth, its
+// key is that of the stack's first g_key_max frames.
+int g_key_max = kMax;
+
+// theirs[from..], as far as the first g_key_max frames of a walk whose
+// first frame is theirs[from - 1] go.
+std::vector<uint64_t> expected_key_stack(const std::vector<uint64_t>& theirs, size_t from) {
+    size_t end = std::min(theirs.size(), from - 1 + static_cast<size_t>(g_key_max));
+    return std::vector<uint64_t>(theirs.begin() + static_cast<long>(from), theirs.begin() + static_cast<long>(end));
+}
 
 __attribute__((noinline)) void compare_key() {
     uint64_t ips[kMax];
-    uint32_t key = unwind_stack_key(ips, kMax, {intern, nullptr, recall}, nullptr);
+    uint32_t key = unwind_stack_key(ips, g_key_max, {intern, nullptr, recall}, nullptr);
     std::vector<uint64_t> theirs = libunwind_stack();
-    std::vector<uint64_t> expected(theirs.begin() + 1, theirs.end());
+    std::vector<uint64_t> expected = expected_key_stack(theirs, 1);
     ++g_key_tally.checks;
     if (key == 0 || key > g_keyed.size() || g_keyed[key - 1] != expected) ++g_key_tally.mismatches;
 }
@@ -115,10 +126,10 @@ __attribute__((noinline)) void compare_key() {
 // As a hook calls it: the walk starts with the caller of the frame passed.
 __attribute__((noinline)) void compare_key_from_frame() {
     uint64_t ips[kMax];
-    uint32_t key = unwind_stack_key(ips, kMax, {intern, nullptr, recall}, __builtin_frame_address(0));
+    uint32_t key = unwind_stack_key(ips, g_key_max, {intern, nullptr, recall}, __builtin_frame_address(0));
     std::vector<uint64_t> theirs = libunwind_stack();
     // intern leaves out ips[0], here the return address into at_leaf.
-    std::vector<uint64_t> expected(theirs.begin() + 2, theirs.end());
+    std::vector<uint64_t> expected = expected_key_stack(theirs, 2);
     ++g_key_tally.checks;
     if (key == 0 || key > g_keyed.size() || g_keyed[key - 1] != expected) ++g_key_tally.mismatches;
 }
@@ -181,9 +192,9 @@ uint64_t rbp_data_value() {
 // first frame of the walk holds data in rbp.
 __attribute__((noinline)) void compare_key_under_rbp_data(int) {
     uint64_t ips[kMax];
-    uint32_t key = unwind_stack_key(ips, kMax, {intern, nullptr, recall}, __builtin_frame_address(0));
+    uint32_t key = unwind_stack_key(ips, g_key_max, {intern, nullptr, recall}, __builtin_frame_address(0));
     std::vector<uint64_t> theirs = libunwind_stack();
-    std::vector<uint64_t> expected(theirs.begin() + 2, theirs.end());
+    std::vector<uint64_t> expected = expected_key_stack(theirs, 2);
     ++g_key_tally.checks;
     if (key == 0 || key > g_keyed.size() || g_keyed[key - 1] != expected) ++g_key_tally.mismatches;
 }
@@ -369,6 +380,27 @@ TEST_CASE("unwind_stack_key returns the key of exactly the stack unwound, callin
     // often than once per stack, but at least once per distinct stack.
     CHECK(g_key_calls >= static_cast<long>(g_keyed.size()));
     CHECK(g_key_calls < g_key_tally.checks);
+}
+
+TEST_CASE("unwind_stack_key below the stack's depth: the key of its first max frames") {
+    // Random stacks are 10 to 75 frames deep here: most are cut at 24, some
+    // at 48. The walk goes on to the stack's end for its cache, and keys,
+    // the memo, segments and the last stack's key must still be those of
+    // the frames asked for. The keys are kept apart from the full stacks'.
+    g_leaf = Leaf::CompareKeys;
+    for (int max : {24, 48}) {
+        g_keyed.clear();
+        g_key_max = max;
+        g_key_tally = {};
+        g_wrong_hashes = 0;
+        random_stacks(1000);
+        CHECK(g_key_tally.checks > 2500);
+        CHECK(g_key_tally.mismatches == 0);
+        CHECK(g_wrong_hashes == 0);
+    }
+    g_key_max = kMax;
+    g_keyed.clear();
+    g_leaf = Leaf::Compare;
 }
 
 namespace {
