@@ -152,12 +152,13 @@ constexpr unsigned kMemoBits = 11;
 // stack from `join` down, and if the last stack's frames 0..join are still
 // the ones it joined (their write generation, or else their ips), the
 // stack is the one keyed.
-// A bucket is chosen by the first frame and its caller's ip: a compiler
-// allocates through a few wrappers (xmalloc, operator new: 22 first
-// places on cc1plus) from thousands of callers, and with the first frame
-// alone they all fell into a few buckets of four ways. 128 buckets keyed
-// so: 410 000 walks of 1.2 M allocations there instead of 685 000 with 32
-// keyed by the first frame (and 580 000 with 32 keyed so).
+// A bucket is chosen by the first frame, and by its caller's ip too for a
+// first frame many callers share (keep_segment): a compiler allocates
+// through a few wrappers (xmalloc, operator new: 22 first places on
+// cc1plus) from thousands of callers, and with the first frame alone they
+// all fell into a few buckets of four ways. 128 buckets keyed so: 410 000
+// walks of 1.2 M allocations there instead of 685 000 with 32 buckets
+// keyed by the first frame (580 000 with 32 keyed by caller as well).
 constexpr int kSegmentFrames = 8;
 constexpr int kSegmentOuter = 32;
 constexpr unsigned kSegmentBucketBits = 7;
@@ -192,23 +193,25 @@ struct SegmentBucket {
     Segment ways[kSegmentWays];
 };
 
-// Where the first frames of the last few hooks keep their return address,
-// from their sp, for the segment tag (segment_key): a hit reads this line
-// instead of a near rule, which the program's work between two
-// allocations has mostly evicted (python3 spent about a fifth more in the
-// recorder looking the rule up on every hit). Only rules whose return
-// address is a fixed distance above sp are kept.
-// Eight: python3 takes turns among more than four (half of its hits
-// missed with four).
+// The rules of the first frames of the last few hooks (the few places
+// that call malloc: 22 on a compile), for the walk's first step and the
+// segment tag's: there the near rule had mostly been evicted by the
+// program's work since the last allocation (12 % of the unwinder's samples
+// on a compile sat on that one load). Eight: python3 takes turns among
+// more than four.
 constexpr int kFirstFrames = 8;
 struct alignas(64) FirstFrames {
     uint64_t pcs[kFirstFrames];  // ip of the frame; 0: empty
-    int32_t ra_from_sp[kFirstFrames];
+    FrameRule rules[kFirstFrames];
     uint32_t next;
 };
+// First frames whose segments are tagged with their caller's ip too
+// (keep_segment), by the hash of their ip; others hold something else.
+constexpr unsigned kByCallerBits = 6;
 
 struct StackCache {
     FirstFrames first_frames;
+    uint64_t by_caller[1u << kByCallerBits];
     int count;  // frames of the last stack, outermost first, so a new
                 // stack that shares its outer part rewrites only the top
     int max;    // of the walks the memos were made for
@@ -420,7 +423,8 @@ struct Walked {
 // one frame further up). A frame no rule covers sends the whole stack to
 // libunwind.
 Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint64_t hash) = nullptr,
-            int limit = 0) {
+            int limit = 0, const FrameRule* first_rule = nullptr) {
+    const uint64_t first_ip = f.ip;  // first_rule, if given, is its rule
     if (max > kMaxFrames) max = kMaxFrames;
     if (!c || limit < max) limit = max;
     if (limit > kMaxFrames) limit = kMaxFrames;
@@ -475,7 +479,7 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
             }
             continue;
         }
-        const FrameRule& rule = rule_for(c, f.ip - 1);
+        const FrameRule& rule = first_rule && f.ip == first_ip ? *first_rule : rule_for(c, f.ip - 1);
         if (rule.kind == FrameRule::Unsupported) {
             if (walked >= max) break;  // past what ips holds: the cache keeps the stack cut here
             return Walked{libunwind_stack(ips, max, own), false, false, 0};
@@ -597,32 +601,33 @@ uint32_t same_stack_key(const StackCache* c, const Frame& first) {
     return c->last_key;
 }
 
+// A hook's first frame in first_frames (taken in there if it was not).
+int first_frame(StackCache* c, uint64_t ip) {
+    FirstFrames& ff = c->first_frames;
+    for (int i = 0; i < kFirstFrames; ++i)
+        if (ff.pcs[i] == ip) return i;
+    auto i = static_cast<int>(ff.next++ % kFirstFrames);
+    ff.rules[i] = rule_for(c, ip - 1);
+    ff.pcs[i] = ip;
+    return i;
+}
+
 // The key of the stack that starts at `first`, if a segment and the last
 // stack still hold it; 0 otherwise. The stack is then the one keyed: the
 // segment's frames and the last stack's frames 0..join, each link checked
 // against memory, and frames 0..join unchanged in the cache since.
-// The return address into the caller of `first`, as a step reads it; 0 if
-// it has none.
-uint64_t first_caller_ip(StackCache* c, const Frame& first) {
-    FirstFrames& ff = c->first_frames;
-    for (int i = 0; i < kFirstFrames; ++i)
-        if (ff.pcs[i] == first.ip) return load(first.sp + static_cast<int64_t>(ff.ra_from_sp[i]));
-    const FrameRule& rule = rule_for(c, first.ip - 1);
-    if (rule.kind != FrameRule::Step) return 0;
-    Reads reads;
-    uint64_t ip = step(rule, first, reads).ip;
-    if (rule.cfa_base == FrameRule::Rsp && !rule.cfa_deref && rule.ra_base == FrameRule::Cfa) {
-        uint32_t i = ff.next++ % kFirstFrames;
-        ff.pcs[i] = first.ip;
-        ff.ra_from_sp[i] = rule.cfa_offset + rule.ra_offset;
-    }
-    return ip;
-}
+// `ff`: the first frame's index in first_frames.
+uint64_t& by_caller_slot(StackCache* c, uint64_t ip) { return c->by_caller[mix(0, ip) >> (64 - kByCallerBits)]; }
 
-uint32_t segment_key(StackCache* c, const Frame& first) {
-    // The tag takes in the first frame's caller: one load, which a hit
-    // checks again anyway.
-    uint64_t tag = segment_tag(first, first_caller_ip(c, first));
+uint32_t segment_key(StackCache* c, const Frame& first, int ff) {
+    // A tag by caller costs a step, which a hit checks again anyway.
+    const FrameRule& rule = c->first_frames.rules[ff];
+    uint64_t caller_ip = 0;
+    if (by_caller_slot(c, first.ip) == first.ip && rule.kind == FrameRule::Step) {
+        Reads reads;
+        caller_ip = step(rule, first, reads).ip;
+    }
+    uint64_t tag = segment_tag(first, caller_ip);
     SegmentBucket& bucket = segment_bucket(c, tag);
     for (unsigned way = 0; way < kSegmentWays; ++way) {
         if (bucket.tags[way] != tag) continue;
@@ -652,13 +657,20 @@ uint32_t segment_key(StackCache* c, const Frame& first) {
 }
 
 // Remembers the fresh frames of the walk just made, keyed `key`.
+// Remembers the fresh frames of the walk just made, keyed `key`. A first
+// frame with a new path while its bucket holds two of its segments already
+// (a wrapper such as xmalloc, called from everywhere at one depth) has its
+// segments tagged by caller from then on, spread over the buckets; the
+// others are not, which spares their lookups a step (python3 spent ~10 %
+// more recording with every tag by caller).
 void keep_segment(StackCache* c, const Walked& w, uint32_t key) {
     if (w.kept < 0 || w.kept >= kSegmentOuter || w.fresh < 1 || w.fresh > kSegmentFrames) return;
     const Frame& first = c->fresh[0].frame;
+    uint64_t& by_caller_pc = by_caller_slot(c, c->fresh[0].frame.ip);
+    bool by_caller = by_caller_pc == c->fresh[0].frame.ip;
     uint64_t caller_ip = 0;
     if (c->fresh[0].rule.kind == FrameRule::Step) caller_ip = w.fresh > 1 ? c->fresh[1].frame.ip : c->frames[w.kept].frame.ip;
-    uint64_t tag = segment_tag(first, caller_ip);
-    SegmentBucket& bucket = segment_bucket(c, tag);
+    uint64_t tag = segment_tag(first, by_caller ? caller_ip : 0);
     // The one of the same first three frames is replaced; the ways keep
     // the paths that part further out.
     auto same_start = [&](const Segment& sg) {
@@ -668,11 +680,26 @@ void keep_segment(StackCache* c, const Walked& w, uint32_t key) {
         }
         return true;
     };
-    unsigned way = 0;
-    while (way < kSegmentWays && !(bucket.tags[way] == tag && same_start(bucket.ways[way]))) ++way;
+    auto find_way = [&](const SegmentBucket& bucket) {
+        unsigned way = 0;
+        while (way < kSegmentWays && !(bucket.tags[way] == tag && same_start(bucket.ways[way]))) ++way;
+        return way;
+    };
+    SegmentBucket* bucket = &segment_bucket(c, tag);
+    unsigned way = find_way(*bucket);
+    if (way == kSegmentWays && !by_caller && caller_ip) {
+        unsigned same_first = 0;
+        for (uint64_t t : bucket->tags) same_first += t == tag;
+        if (same_first >= 2) {
+            by_caller_pc = c->fresh[0].frame.ip;
+            tag = segment_tag(first, caller_ip);
+            bucket = &segment_bucket(c, tag);
+            way = find_way(*bucket);
+        }
+    }
     if (way == kSegmentWays) way = c->next_way++ % kSegmentWays;
-    Segment& sg = bucket.ways[way];
-    bucket.tags[way] = tag;
+    Segment& sg = bucket->ways[way];
+    bucket->tags[way] = tag;
     sg.count = w.fresh;
     sg.join = w.kept;
     sg.generation = c->prefix_generation[w.kept];
@@ -730,15 +757,19 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, cons
     // The last stack again (a loop allocating at one place), or a place
     // allocated from lately: its key without a walk. (From a hook only:
     // `first` is then the program's frame.)
+    const FrameRule* first_rule = nullptr;
+    int ff = -1;
     if (c && from_hook) {
+        ff = first_frame(c, first.ip);
+        first_rule = &c->first_frames.rules[ff];
         uint32_t k = same_stack_key(c, first);
-        if (!k) k = segment_key(c, first);
+        if (!k) k = segment_key(c, first, ff);
         if (k) {
             give_back(b);  // the last stack and its key stay as they were
             return k;
         }
     }
-    Walked w = walk(first, ips, max, c, keyer.prepare, c && !c->deep ? kMaxFrames : max);
+    Walked w = walk(first, ips, max, c, keyer.prepare, c && !c->deep ? kMaxFrames : max, first_rule);
     if (c) c->deep = w.cut;
     const void* token = nullptr;
     if (!w.cached) {

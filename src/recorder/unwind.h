@@ -26,19 +26,20 @@
 //     loop allocating at one place) is the last stack if its links hold:
 //     its key without a walk;
 //   - the frames walked afresh above the last stack are kept per first
-//     frame and its caller with the key of their whole stack (a segment),
-//     so a place an interpreter allocates from again (a dict, a string, a
-//     list in turn) costs only its link checks: no step, no rewrite, no
-//     memo. It holds while the last stack's frames it joined have not been
-//     rewritten (or hold the same return addresses again);
-//   - a stack deeper than the frames asked for is still walked to its end
-//     for the cache (up to kMaxDepth + 8 frames), so that it can be reused
-//     and rejoined like any other; only the frames asked for are reported.
+//     frame (and its caller, where many callers share one) with the key
+//     of their whole stack (a segment), so a place an interpreter
+//     allocates from again (a dict, a string, a list in turn) costs only
+//     its link checks: no step, no rewrite, no memo. It holds while the
+//     last stack's frames it joined have not been rewritten (or hold the
+//     same return addresses again).
 //     A segment frame's rbp is compared only where the walk depends on it
 //     (its rule reads through rbp, or hands rbp on to a frame that does):
 //     code that keeps data in rbp, as python3's does, calls the same place
 //     with other values in it, and comparing them lost a quarter of the
-//     hits (76 % of python3's allocations hit a segment, 99 % since).
+//     hits (76 % of python3's allocations hit a segment, 99 % since);
+//   - a stack deeper than the frames asked for is still walked to its end
+//     for the cache (up to kMaxDepth + 8 frames), so that it is reused and
+//     rejoined like any other; only the frames asked for are reported.
 // The recorder's own frames at the top are skipped: a hook passes its
 // frame address and the walk starts with the hook's caller (the recorder
 // keeps frame pointers); without one they are followed by frame pointer.
