@@ -592,12 +592,16 @@ bool holds_to_outermost(const StackCache* c, int top) {
 }
 
 // The key of the last stack if it starts at `first` and its links hold
-// (what a walk would find, without the walk); 0 otherwise.
+// (what a walk would find, without the walk); 0 otherwise. A last stack
+// cut at the walk's limit (StackCache::deep) holds every frame its key was
+// made of, so its links down to the cut are enough: a loop allocating at
+// the bottom of a recursion deeper than the cache costs no walk.
 uint32_t same_stack_key(const StackCache* c, const Frame& first) {
     int top = c->count - 1;
     // The dense ip first: other places fail there.
     if (top < 0 || c->rips[kMaxFrames - 1 - top] != first.ip || !c->last_key) return 0;
-    if (!same_frame(c->frames[top].frame, first) || !holds_to_outermost(c, top)) return 0;
+    if (!same_frame(c->frames[top].frame, first)) return 0;
+    if (c->deep ? holds_down_to(c, top, 0) != 0 : !holds_to_outermost(c, top)) return 0;
     return c->last_key;
 }
 

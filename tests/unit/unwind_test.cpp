@@ -382,22 +382,99 @@ TEST_CASE("unwind_stack_key returns the key of exactly the stack unwound, callin
     CHECK(g_key_calls < g_key_tally.checks);
 }
 
+namespace {
+
+// Keys with g_key_max = max on the stacks `run` makes (with Leaf::CompareKeys),
+// kept apart from other cases' keys: every one that of the stack's first
+// max frames, key handed the hash of those, more than min_checks checks.
+void check_keys_at_most(int max, void (*run)(), long min_checks) {
+    g_keyed.clear();
+    g_key_max = max;
+    g_key_tally = {};
+    g_wrong_hashes = 0;
+    run();
+    CHECK(g_key_tally.checks > min_checks);
+    CHECK(g_key_tally.mismatches == 0);
+    CHECK(g_wrong_hashes == 0);
+}
+
+}  // namespace
+
 TEST_CASE("unwind_stack_key below the stack's depth: the key of its first max frames") {
     // Random stacks are 10 to 75 frames deep here: most are cut at 24, some
     // at 48. The walk goes on to the stack's end for its cache, and keys,
     // the memo, segments and the last stack's key must still be those of
-    // the frames asked for. The keys are kept apart from the full stacks'.
+    // the frames asked for.
     g_leaf = Leaf::CompareKeys;
-    for (int max : {24, 48}) {
-        g_keyed.clear();
-        g_key_max = max;
-        g_key_tally = {};
-        g_wrong_hashes = 0;
-        random_stacks(1000);
-        CHECK(g_key_tally.checks > 2500);
-        CHECK(g_key_tally.mismatches == 0);
-        CHECK(g_wrong_hashes == 0);
+    for (int max : {24, 48}) check_keys_at_most(max, [] { random_stacks(1000); }, 2500);
+    g_key_max = kMax;
+    g_keyed.clear();
+    g_leaf = Leaf::Compare;
+}
+
+namespace {
+
+volatile int g_deep_repeat = 2;
+
+// A stack deeper than the cache whose two variants differ in one frame
+// near its top (deep_twin_a or _b, of one frame size) under identical
+// frames: the last stack's key may be reused only if that link holds.
+__attribute__((noinline)) void straight_down(int depth) {
+    if (depth <= 0) {
+        // From one place (a loop the compiler cannot unroll, then no tail
+        // call): the second call, and the first of the next round, meet
+        // the last stack again.
+        for (int i = 0; i < g_deep_repeat; ++i) compare_key_from_frame();
+        g_sink = depth;
+        return;
     }
+    straight_down(depth - 1);
+    g_sink = depth;
+}
+
+__attribute__((noinline)) void deep_twin_common(int top) {
+    straight_down(top);
+    g_sink = top;
+}
+
+__attribute__((noinline)) void deep_twin_a(int top) {
+    deep_twin_common(top);
+    g_sink = 1;
+}
+
+__attribute__((noinline)) void deep_twin_b(int top) {
+    deep_twin_common(top);
+    g_sink = 2;
+}
+
+__attribute__((noinline)) void deep_base(int depth, bool a) {
+    if (depth <= 0) {
+        (a ? deep_twin_a : deep_twin_b)(10);
+        return;
+    }
+    deep_base(depth - 1, a);
+    g_sink = depth;
+}
+
+}  // namespace
+
+TEST_CASE("unwind_stack_key on stacks deeper than the cache") {
+    // 270 to 350 frames: the walk for the cache stops at 264 frames, and
+    // the cache then walks only the frames asked for until a stack ends
+    // within them; the last stack's key is reused on its links down to
+    // the cut. Keys must stay those of the first max frames.
+    g_leaf = Leaf::CompareKeys;
+    auto deep_random = [] {
+        for (int i = 0; i < 150; ++i) {
+            descend(135 + static_cast<int>(next_random() % 40));
+            if (i % 3 == 0) descend(1 + static_cast<int>(next_random() % 20));  // back within max now and then
+        }
+    };
+    for (int max : {72, 150}) check_keys_at_most(max, deep_random, 400);
+    // Two stacks of about 310 frames, the same but for the 13th.
+    check_keys_at_most(72, [] { for (int i = 0; i < 200; ++i) deep_base(290, next_random() % 2); }, 399);
+    CHECK(g_key_tally.checks == 400);
+    CHECK(g_keyed.size() == 2);  // a stack per twin
     g_key_max = kMax;
     g_keyed.clear();
     g_leaf = Leaf::Compare;
