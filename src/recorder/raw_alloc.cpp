@@ -48,16 +48,24 @@ size_t page_round(size_t bytes) {
 // (direct anonymous mmaps of the program are recorded). MAP_NORESERVE keeps
 // the kernel from merging these mappings with the program's own anonymous
 // ones (different flags), so /proc shows the recorder's memory apart.
-void* map_pages(size_t bytes, int extra_flags) {
-    bytes = page_round(bytes);
+void* mmap_syscall(size_t bytes, int extra_flags) {
     long r = syscall(SYS_mmap, nullptr, bytes, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | extra_flags, -1, 0);
     if (r < 0 && r > -4096) return nullptr;
     void* p = reinterpret_cast<void*>(r);
-    if (p == MAP_FAILED) return nullptr;
+    return p == MAP_FAILED ? nullptr : p;
+}
+
+void* counted(void* p, size_t bytes) {
     g_mapped.fetch_add(bytes, std::memory_order_relaxed);
     add_range(reinterpret_cast<uint64_t>(p), reinterpret_cast<uint64_t>(p) + bytes);
     return p;
+}
+
+void* map_pages(size_t bytes, int extra_flags) {
+    bytes = page_round(bytes);
+    void* p = mmap_syscall(bytes, extra_flags);
+    return p ? counted(p, bytes) : nullptr;
 }
 
 }  // namespace
@@ -65,6 +73,25 @@ void* map_pages(size_t bytes, int extra_flags) {
 void* raw_map(size_t bytes) { return map_pages(bytes, 0); }
 
 void* raw_map_populated(size_t bytes) { return map_pages(bytes, MAP_POPULATE); }
+
+void* raw_map_huge(size_t bytes, bool populate) {
+    if (bytes < kHugePage) return map_pages(bytes, populate ? MAP_POPULATE : 0);
+    bytes = (bytes + kHugePage - 1) & ~(kHugePage - 1);
+    // Mapped with a huge page of slack, then trimmed to the aligned part.
+    auto* raw = static_cast<uint8_t*>(mmap_syscall(bytes + kHugePage, 0));
+    if (!raw) return nullptr;
+    auto base = reinterpret_cast<uint64_t>(raw);
+    uint64_t start = (base + kHugePage - 1) & ~uint64_t{kHugePage - 1};
+    if (start > base) syscall(SYS_munmap, raw, start - base);
+    if (start < base + kHugePage) syscall(SYS_munmap, start + bytes, base + kHugePage - start);
+    auto* p = reinterpret_cast<uint8_t*>(start);
+    syscall(SYS_madvise, p, bytes, MADV_HUGEPAGE);  // refused where THP is off: small pages then
+    // Written, not read, first: a page read first maps the zero page and
+    // faults again on the write (raw_map_populated).
+    if (populate)
+        for (size_t at = 0; at < bytes; at += 4096) reinterpret_cast<volatile uint8_t*>(p)[at] = 0;
+    return counted(p, bytes);
+}
 
 void raw_unmap(void* p, size_t bytes) {
     if (!p) return;

@@ -73,6 +73,7 @@ std::atomic<uint32_t> g_count{0};
 uint32_t g_queued = 0;  // ids 1..g_queued have their Stack records queued (metadata lock)
 
 uint8_t* g_arena = nullptr;  // records, bump-allocated in 4 MiB pieces
+uint32_t g_arena_pieces = 0;
 size_t g_arena_left = 0;
 
 const Record* record_of(uint32_t id) { return g_chunks[(id - 1) >> kChunkBits][(id - 1) & (kChunkSize - 1)]; }
@@ -112,7 +113,7 @@ bool grow_table_if_needed() {
     if (old && (g_count.load(std::memory_order_relaxed) + 1) * 2 <= capacity) return true;
     uint64_t fresh_capacity = capacity ? capacity * 2 : (1u << 15);
     if (g_tables_used == kMaxTables) return false;
-    auto* slots = static_cast<Slot*>(raw_map_populated(fresh_capacity * sizeof(Slot)));
+    auto* slots = static_cast<Slot*>(raw_map_huge(fresh_capacity * sizeof(Slot), true));
     if (!slots) return false;
     Table* table = &g_tables[g_tables_used++];
     table->slots = slots;
@@ -130,7 +131,9 @@ bool grow_table_if_needed() {
 uint8_t* arena_room(size_t bytes) {
     if (bytes > g_arena_left) {
         size_t piece = bytes > (4u << 20) ? bytes : (4u << 20);
-        g_arena = static_cast<uint8_t*>(raw_map(piece));
+        // The first piece on small pages: a program with few stacks keeps
+        // only what it touched of it resident.
+        g_arena = static_cast<uint8_t*>(g_arena_pieces++ ? raw_map_huge(piece, false) : raw_map(piece));
         if (!g_arena) {
             g_arena_left = 0;
             return nullptr;
