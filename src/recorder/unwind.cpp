@@ -616,13 +616,14 @@ int first_frame(StackCache* c, uint64_t ip) {
     return i;
 }
 
+// Where StackCache::by_caller may hold `ip`.
+uint64_t& by_caller_slot(StackCache* c, uint64_t ip) { return c->by_caller[mix(0, ip) >> (64 - kByCallerBits)]; }
+
 // The key of the stack that starts at `first`, if a segment and the last
 // stack still hold it; 0 otherwise. The stack is then the one keyed: the
 // segment's frames and the last stack's frames 0..join, each link checked
-// against memory, and frames 0..join unchanged in the cache since.
-// `ff`: the first frame's index in first_frames.
-uint64_t& by_caller_slot(StackCache* c, uint64_t ip) { return c->by_caller[mix(0, ip) >> (64 - kByCallerBits)]; }
-
+// against memory, and frames 0..join unchanged in the cache since. `ff`:
+// the first frame's index in first_frames.
 uint32_t segment_key(StackCache* c, const Frame& first, int ff) {
     // A tag by caller costs a step, which a hit checks again anyway.
     const FrameRule& rule = c->first_frames.rules[ff];
