@@ -25,14 +25,15 @@ void* raw_map_populated(size_t bytes);
 // From 2 MiB on: rounded up to and aligned on 2 MiB and advised for
 // transparent huge pages (small pages where the kernel has none or THP is
 // off), and, if `populate`, written in full at once. Never unmapped. For
-// tables a big program makes the recorder read at random: the stack
-// table's slots and records on a compile (90 000 stacks, 16 MiB), whose
-// lookups stalled on the TLB with small pages (a nested page walk in a
-// VM): the table's code took 13 % fewer of the compiler thread's samples
-// with huge pages (three paired perf runs); wall time moved within the
-// runs' spread. A fault there may wait for the kernel to compact memory
-// into a huge page (THP defrag "madvise"): a few such faults a process.
-// Below 2 MiB: raw_map or raw_map_populated.
+// tables a big program makes the recorder read at random, populated
+// anyway: the stack table's slots (4 MiB on a compile of 90 000 stacks),
+// whose lookups stalled on the TLB with small pages (a nested page walk in
+// a VM). With the slots and the records on huge pages, the table's code
+// took 13 % fewer of the compiler thread's samples (three paired perf
+// runs); wall time moved within the runs' spread. A fault there may wait
+// for the kernel to compact memory into a huge page (THP defrag
+// "madvise"): a few such faults a process. Below 2 MiB: raw_map or
+// raw_map_populated.
 inline constexpr size_t kHugePage = 2u << 20;
 void* raw_map_huge(size_t bytes, bool populate);
 void raw_unmap(void* p, size_t bytes);
