@@ -74,8 +74,8 @@ void* raw_map(size_t bytes) { return map_pages(bytes, 0); }
 
 void* raw_map_populated(size_t bytes) { return map_pages(bytes, MAP_POPULATE); }
 
-void* raw_map_huge(size_t bytes, bool populate) {
-    if (bytes < kHugePage) return map_pages(bytes, populate ? MAP_POPULATE : 0);
+void* raw_map_huge_populated(size_t bytes) {
+    if (bytes < kHugePage) return map_pages(bytes, MAP_POPULATE);
     bytes = (bytes + kHugePage - 1) & ~(kHugePage - 1);
     // Mapped with a huge page of slack, then trimmed to the aligned part.
     auto* raw = static_cast<uint8_t*>(mmap_syscall(bytes + kHugePage, 0));
@@ -88,8 +88,7 @@ void* raw_map_huge(size_t bytes, bool populate) {
     syscall(SYS_madvise, p, bytes, MADV_HUGEPAGE);  // refused where THP is off: small pages then
     // Written, not read, first: a page read first maps the zero page and
     // faults again on the write (raw_map_populated).
-    if (populate)
-        for (size_t at = 0; at < bytes; at += 4096) reinterpret_cast<volatile uint8_t*>(p)[at] = 0;
+    for (size_t at = 0; at < bytes; at += 4096) reinterpret_cast<volatile uint8_t*>(p)[at] = 0;
     return counted(p, bytes);
 }
 

@@ -22,9 +22,9 @@ void* raw_map(size_t bytes);
 // running another thread of the process (on cc1plus, most of the writer
 // thread's kernel time once the membarrier was gone).
 void* raw_map_populated(size_t bytes);
-// From 2 MiB on: rounded up to and aligned on 2 MiB and advised for
-// transparent huge pages (small pages where the kernel has none or THP is
-// off), and, if `populate`, written in full at once. Never unmapped. For
+// raw_map_populated, but from 2 MiB on rounded up to and aligned on 2 MiB
+// and advised for transparent huge pages (small pages where the kernel has
+// none or THP is off) before it is written in full. Never unmapped. For
 // tables a big program makes the recorder read at random, populated
 // anyway: the stack table's slots (4 MiB on a compile of 90 000 stacks),
 // whose lookups stalled on the TLB with small pages (a nested page walk in
@@ -32,10 +32,9 @@ void* raw_map_populated(size_t bytes);
 // took 13 % fewer of the compiler thread's samples (three paired perf
 // runs); wall time moved within the runs' spread. A fault there may wait
 // for the kernel to compact memory into a huge page (THP defrag
-// "madvise"): a few such faults a process. Below 2 MiB: raw_map or
-// raw_map_populated.
+// "madvise"): a few such faults a process.
 inline constexpr size_t kHugePage = 2u << 20;
-void* raw_map_huge(size_t bytes, bool populate);
+void* raw_map_huge_populated(size_t bytes);
 void raw_unmap(void* p, size_t bytes);
 
 // In a fork child: the parent's writer thread may have held the range

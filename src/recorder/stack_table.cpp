@@ -112,7 +112,7 @@ bool grow_table_if_needed() {
     if (old && (g_count.load(std::memory_order_relaxed) + 1) * 2 <= capacity) return true;
     uint64_t fresh_capacity = capacity ? capacity * 2 : (1u << 15);
     if (g_tables_used == kMaxTables) return false;
-    auto* slots = static_cast<Slot*>(raw_map_huge(fresh_capacity * sizeof(Slot), true));
+    auto* slots = static_cast<Slot*>(raw_map_huge_populated(fresh_capacity * sizeof(Slot)));
     if (!slots) return false;
     Table* table = &g_tables[g_tables_used++];
     table->slots = slots;

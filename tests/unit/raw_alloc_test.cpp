@@ -1,4 +1,4 @@
-// The recorder's own memory (src/recorder/raw_alloc.h): raw_map_huge's
+// The recorder's own memory (src/recorder/raw_alloc.h): raw_map_huge_populated's
 // mapping is aligned, whole, writable and counted, and the slack it was
 // cut from is gone. Linked with the unwinder's library, which carries
 // raw_alloc.cpp (tests/meson.build).
@@ -22,9 +22,9 @@ bool mapped(uintptr_t at) {
 
 }  // namespace
 
-TEST_CASE("raw_map_huge: 2 MiB-aligned, rounded up, written through, counted as the recorder's") {
+TEST_CASE("raw_map_huge_populated: 2 MiB-aligned, rounded up, written through, counted as the recorder's") {
     uint64_t before = raw_mapped_bytes();
-    void* mem = raw_map_huge(5u << 20, true);
+    void* mem = raw_map_huge_populated(5u << 20);
     REQUIRE(mem != nullptr);
     auto* p = static_cast<volatile uint8_t*>(mem);
     auto start = reinterpret_cast<uintptr_t>(mem);
@@ -40,9 +40,9 @@ TEST_CASE("raw_map_huge: 2 MiB-aligned, rounded up, written through, counted as 
     CHECK(!mapped(start - 4096));
 }
 
-TEST_CASE("raw_map_huge below 2 MiB: small pages, as raw_map_populated") {
+TEST_CASE("raw_map_huge_populated below 2 MiB: small pages, as raw_map_populated") {
     uint64_t before = raw_mapped_bytes();
-    void* mem = raw_map_huge(10000, true);
+    void* mem = raw_map_huge_populated(10000);
     REQUIRE(mem != nullptr);
     auto* p = static_cast<volatile uint8_t*>(mem);
     CHECK(reinterpret_cast<uintptr_t>(mem) % 4096 == 0);
