@@ -83,7 +83,7 @@ void* raw_map_huge_populated(size_t bytes) {
     auto base = reinterpret_cast<uint64_t>(raw);
     uint64_t start = (base + kHugePage - 1) & ~uint64_t{kHugePage - 1};
     if (start > base) syscall(SYS_munmap, raw, start - base);
-    if (start < base + kHugePage) syscall(SYS_munmap, start + bytes, base + kHugePage - start);
+    syscall(SYS_munmap, start + bytes, base + kHugePage - start);  // never empty: start < base + kHugePage
     auto* p = reinterpret_cast<uint8_t*>(start);
     syscall(SYS_madvise, p, bytes, MADV_HUGEPAGE);  // refused where THP is off: small pages then
     // Written, not read, first: a page read first maps the zero page and

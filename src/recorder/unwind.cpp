@@ -547,9 +547,8 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
     return Walked{n, true, unchanged, c->count ? last[c->count - 1].hash : 0, nf, kept, cut, clipped};
 }
 
-// Without rbp, which may be free (Segment::bp_free).
-// Of the first frame and its caller's ip, without rbp, which may be free
-// (Segment::bp_free).
+// Of the first frame and its caller's ip (0: not tagged by caller),
+// without rbp, which may be free (Segment::bp_free).
 uint64_t segment_tag(const Frame& first, uint64_t caller_ip) { return mix(mix(first.ip, first.sp), caller_ip) | 1; }
 
 bool uses_bp(const FrameRule& r) {
@@ -605,15 +604,16 @@ uint32_t same_stack_key(const StackCache* c, const Frame& first) {
     return c->last_key;
 }
 
-// A hook's first frame in first_frames (taken in there if it was not).
-int first_frame(StackCache* c, uint64_t ip) {
+// The rule of a hook's first frame, from first_frames (taken in there if
+// it was not).
+const FrameRule& first_frame_rule(StackCache* c, uint64_t ip) {
     FirstFrames& ff = c->first_frames;
     for (int i = 0; i < kFirstFrames; ++i)
-        if (ff.pcs[i] == ip) return i;
-    auto i = static_cast<int>(ff.next++ % kFirstFrames);
+        if (ff.pcs[i] == ip) return ff.rules[i];
+    uint32_t i = ff.next++ % kFirstFrames;
     ff.rules[i] = rule_for(c, ip - 1);
     ff.pcs[i] = ip;
-    return i;
+    return ff.rules[i];
 }
 
 // Where StackCache::by_caller may hold `ip`.
@@ -622,15 +622,13 @@ uint64_t& by_caller_slot(StackCache* c, uint64_t ip) { return c->by_caller[mix(0
 // The key of the stack that starts at `first`, if a segment and the last
 // stack still hold it; 0 otherwise. The stack is then the one keyed: the
 // segment's frames and the last stack's frames 0..join, each link checked
-// against memory, and frames 0..join unchanged in the cache since. `ff`:
-// the first frame's index in first_frames.
-uint32_t segment_key(StackCache* c, const Frame& first, int ff) {
+// against memory, and frames 0..join unchanged in the cache since.
+uint32_t segment_key(StackCache* c, const Frame& first, const FrameRule& first_rule) {
     // A tag by caller costs a step, which a hit checks again anyway.
-    const FrameRule& rule = c->first_frames.rules[ff];
     uint64_t caller_ip = 0;
-    if (by_caller_slot(c, first.ip) == first.ip && rule.kind == FrameRule::Step) {
+    if (by_caller_slot(c, first.ip) == first.ip && first_rule.kind == FrameRule::Step) {
         Reads reads;
-        caller_ip = step(rule, first, reads).ip;
+        caller_ip = step(first_rule, first, reads).ip;
     }
     uint64_t tag = segment_tag(first, caller_ip);
     SegmentBucket& bucket = segment_bucket(c, tag);
@@ -671,8 +669,8 @@ uint32_t segment_key(StackCache* c, const Frame& first, int ff) {
 void keep_segment(StackCache* c, const Walked& w, uint32_t key) {
     if (w.kept < 0 || w.kept >= kSegmentOuter || w.fresh < 1 || w.fresh > kSegmentFrames) return;
     const Frame& first = c->fresh[0].frame;
-    uint64_t& by_caller_pc = by_caller_slot(c, c->fresh[0].frame.ip);
-    bool by_caller = by_caller_pc == c->fresh[0].frame.ip;
+    uint64_t& by_caller_pc = by_caller_slot(c, first.ip);
+    bool by_caller = by_caller_pc == first.ip;
     uint64_t caller_ip = 0;
     if (c->fresh[0].rule.kind == FrameRule::Step) caller_ip = w.fresh > 1 ? c->fresh[1].frame.ip : c->frames[w.kept].frame.ip;
     uint64_t tag = segment_tag(first, by_caller ? caller_ip : 0);
@@ -696,7 +694,7 @@ void keep_segment(StackCache* c, const Walked& w, uint32_t key) {
         unsigned same_first = 0;
         for (uint64_t t : bucket->tags) same_first += t == tag;
         if (same_first >= 2) {
-            by_caller_pc = c->fresh[0].frame.ip;
+            by_caller_pc = first.ip;
             tag = segment_tag(first, caller_ip);
             bucket = &segment_bucket(c, tag);
             way = find_way(*bucket);
@@ -763,12 +761,10 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, cons
     // allocated from lately: its key without a walk. (From a hook only:
     // `first` is then the program's frame.)
     const FrameRule* first_rule = nullptr;
-    int ff = -1;
     if (c && from_hook) {
-        ff = first_frame(c, first.ip);
-        first_rule = &c->first_frames.rules[ff];
+        first_rule = &first_frame_rule(c, first.ip);
         uint32_t k = same_stack_key(c, first);
-        if (!k) k = segment_key(c, first, ff);
+        if (!k) k = segment_key(c, first, *first_rule);
         if (k) {
             give_back(b);  // the last stack and its key stay as they were
             return k;
