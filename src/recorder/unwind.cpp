@@ -59,7 +59,18 @@ Frame step(const FrameRule& r, const Frame& f, Reads& reads) {
 // standard layout: saved rbp at fp, return address above it.
 Frame caller_of(const uint64_t* fp) { return Frame{fp[1], reinterpret_cast<uint64_t>(fp + 2), fp[0]}; }
 
-bool same_frame(const Frame& a, const Frame& b) { return a.sp == b.sp && a.ip == b.ip && a.bp == b.bp; }
+bool uses_bp(const FrameRule& r) {
+    return r.cfa_base == FrameRule::Rbp || r.ra_base == FrameRule::Rbp || r.rbp_base == FrameRule::Rbp;
+}
+
+// Whether the walk from a frame with rule `r` outward depends on the
+// frame's rbp: its step reads through rbp, or hands rbp on unchanged to a
+// caller that needs it (`caller_needs`; true where the caller is unknown).
+bool bp_matters(const FrameRule& r, bool caller_needs) {
+    if (r.kind == FrameRule::Outermost) return false;
+    if (r.kind != FrameRule::Step) return true;
+    return uses_bp(r) || (r.rbp_base == FrameRule::Same && caller_needs);
+}
 
 // ---- the per-thread stack cache -------------------------------------------------
 
@@ -71,8 +82,17 @@ struct CachedFrame {
     Reads reads;
     FrameRule rule;
     bool own;       // not reported
+    // The walk from this frame outward depends on its rbp (bp_matters):
+    // only then is its rbp compared when the frame is met again or
+    // checked as a caller.
+    bool bp_needed;
     uint64_t hash;  // stack_hash of the reported ips from the outermost frame to this one
 };
+
+// `f` is the cached frame but for an rbp the walk does not depend on.
+bool same_as_cached(const CachedFrame& cached, const Frame& f) {
+    return cached.frame.sp == f.sp && cached.frame.ip == f.ip && (cached.frame.bp == f.bp || !cached.bp_needed);
+}
 
 // The step from `callee` gives `caller` again if the memory it read still
 // holds what it held: the step is a function of the frame, its rule and
@@ -108,7 +128,7 @@ LinkCheck check_of(const CachedFrame& callee, const CachedFrame& caller) {
         auto never = reinterpret_cast<uint64_t>(&g_realigned_word);
         return LinkCheck{never, 1, never, 1};
     }
-    if (!r.bp_at) return LinkCheck{r.ra_at, caller.frame.ip, r.ra_at, caller.frame.ip};
+    if (!r.bp_at || !caller.bp_needed) return LinkCheck{r.ra_at, caller.frame.ip, r.ra_at, caller.frame.ip};
     return LinkCheck{r.ra_at, caller.frame.ip, r.bp_at, caller.frame.bp};
 }
 
@@ -444,7 +464,7 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
     int j = last_count - 1;  // the last stack's frame at or above f.sp
     while (walked < limit) {
         while (j >= 0 && c->sps[j] < f.sp) --j;
-        if (j >= 0 && c->sps[j] == f.sp && same_frame(last[j].frame, f)) {
+        if (j >= 0 && c->sps[j] == f.sp && same_as_cached(last[j], f)) {
             // last[j] and its callers down to last[t] are reused: as many
             // as hold and the limit allows; those within max go to ips.
             int lo = j + 1 - (limit - walked);
@@ -468,7 +488,16 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
             // Cut by the limit, or a link broke, or the old stack ended
             // where memory may have changed since: what was reused becomes
             // part of the fresh frames, and the walk goes on.
-            for (int i = j; i >= t; --i) fresh[nf++] = last[i];
+            // Their rbps are taken again where the cache may hold another
+            // (not compared where the walk did not depend on them): with
+            // another caller below, it may.
+            uint64_t bp = f.bp;
+            for (int i = j; i >= t; --i) {
+                CachedFrame& copy = fresh[nf++];
+                copy = last[i];
+                copy.frame.bp = bp;
+                if (i > t && copy.reads.bp_at) bp = load(copy.reads.bp_at);
+            }
             if (walked == limit) break;
             CachedFrame& from = fresh[nf - 1];
             f = step(from.rule, from.frame, from.reads);
@@ -533,9 +562,10 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
     for (int i = 0; i < nf; ++i) {
         int at = kept + 1 + i;
         const CachedFrame& frame = fresh[nf - 1 - i];
-        same = same && at < last_count && same_frame(last[at].frame, frame.frame);
+        same = same && at < last_count && same_as_cached(last[at], frame.frame);
         if (same) continue;
         last[at] = frame;
+        last[at].bp_needed = bp_matters(frame.rule, at ? last[at - 1].bp_needed : true);
         c->sps[at] = frame.frame.sp;
         c->rips[kMaxFrames - 1 - at] = frame.frame.ip;
         c->owns[at] = static_cast<uint16_t>((at ? c->owns[at - 1] : 0) + frame.own);
@@ -550,10 +580,6 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
 // Of the first frame and its caller's ip (0: not tagged by caller),
 // without rbp, which may be free (Segment::bp_free).
 uint64_t segment_tag(const Frame& first, uint64_t caller_ip) { return mix(mix(first.ip, first.sp), caller_ip) | 1; }
-
-bool uses_bp(const FrameRule& r) {
-    return r.cfa_base == FrameRule::Rbp || r.ra_base == FrameRule::Rbp || r.rbp_base == FrameRule::Rbp;
-}
 
 // Segment::bp_free of the fresh frames of a walk. Their top frame's rbp,
 // if handed on, reaches the cached stack below, whose checks compare it:
@@ -599,7 +625,7 @@ uint32_t same_stack_key(const StackCache* c, const Frame& first) {
     int top = c->count - 1;
     // The dense ip first: other places fail there.
     if (top < 0 || c->rips[kMaxFrames - 1 - top] != first.ip || !c->last_key) return 0;
-    if (!same_frame(c->frames[top].frame, first)) return 0;
+    if (!same_as_cached(c->frames[top], first)) return 0;
     if (c->deep ? holds_down_to(c, top, 0) != 0 : !holds_to_outermost(c, top)) return 0;
     return c->last_key;
 }
@@ -645,10 +671,12 @@ uint32_t segment_key(StackCache* c, const Frame& first, const FrameRule& first_r
         // stack, say of a thread gone, can hold the same ip and bp).
         const Frame& at_join = c->frames[join].frame;
         const SegmentFrame& last_frame = sg.frames[sg.count - 1];
-        if (at_join.sp != sg.join_frame.sp || (!last_frame.reads.bp_at && at_join.bp != sg.join_frame.bp)) continue;
+        if (at_join.sp != sg.join_frame.sp ||
+            (!last_frame.reads.bp_at && c->frames[join].bp_needed && at_join.bp != sg.join_frame.bp))
+            continue;
         bool holds = true;
         for (int i = 0; holds && i + 1 < sg.count; ++i) holds = segment_link_holds(sg, i);
-        if (!holds || !reads_hold(last_frame.reads, at_join)) continue;
+        if (!holds || !reads_hold(last_frame.reads, at_join, c->frames[join].bp_needed)) continue;
         if (c->prefix_generation[join] != sg.generation) {
             const uint64_t* outer = &c->rips[kMaxFrames - 1 - join];
             if (memcmp(sg.outer_ips, outer, sizeof(uint64_t) * static_cast<size_t>(join + 1)) != 0) continue;
