@@ -181,6 +181,46 @@ bool recall_program_frames(const void* record, const uint64_t* ips, int n) {
     return stack_id_of(record, ips, kept_frames(n)) != 0;
 }
 
+// ---- HEAPSNAP_VERIFY_STACKS --------------------------------------------------
+//
+// A check of the unwinder on real programs: every stack captured from a
+// hook is unwound again with libunwind's unw_backtrace, the recorder's
+// frames left out and cut the same way, and the two stacks' ids compared
+// (interning libunwind's stack, so a difference adds a stack to the log).
+// Slow: for tests and for doubt, never on by default.
+
+std::atomic<uint64_t> g_verified_stacks{0};
+std::atomic<uint64_t> g_differing_stacks{0};
+
+// `key` is the id the unwinder gave the stack of the hook's caller, walked
+// to at most `max` frames of the program.
+__attribute__((noinline)) void verify_stack(uint32_t key, int max) {
+    static std::atomic<uint64_t> own_start{0}, own_end{0};
+    if (!own_start.load(std::memory_order_acquire)) {
+        dl_find_object found;
+        if (_dl_find_object(reinterpret_cast<void*>(&verify_stack), &found) != 0) return;
+        own_end.store(reinterpret_cast<uint64_t>(found.dlfo_map_end), std::memory_order_relaxed);
+        own_start.store(reinterpret_cast<uint64_t>(found.dlfo_map_start), std::memory_order_release);
+    }
+    const uint64_t start = own_start.load(std::memory_order_acquire);
+    const uint64_t end = own_end.load(std::memory_order_relaxed);
+    // The recorder's frames above the hook's caller count against
+    // unw_backtrace's limit, not against the unwinder's: room for them.
+    constexpr int kOwnRoom = 32;
+    void* raw[kMaxDepth + 8 + kOwnRoom];
+    int n = unw_backtrace(raw, max + kOwnRoom);
+    uint64_t theirs[kMaxDepth + 8];
+    int count = 0;
+    for (int i = 0; i < n && count < max; ++i) {
+        auto ip = reinterpret_cast<uint64_t>(raw[i]);
+        if (ip < start || ip >= end) theirs[count++] = ip;
+    }
+    uint32_t kept = kept_frames(count);
+    g_verified_stacks.fetch_add(1, std::memory_order_relaxed);
+    if (intern_stack(theirs, kept, stack_hash(theirs, kept)) != key)
+        g_differing_stacks.fetch_add(1, std::memory_order_relaxed);
+}
+
 // `hook_frame`: the frame of the hook that was called from the program
 // (null: start from here and leave the recorder's frames out on the way).
 __attribute__((always_inline)) inline uint32_t capture_stack(const void* hook_frame) {
@@ -193,7 +233,9 @@ __attribute__((always_inline)) inline uint32_t capture_stack(const void* hook_fr
     }
     // The prefetch is for a stack within the depth limit, the usual case.
     static constexpr StackKeyer keyer{intern_program_frames, prefetch_stack, recall_program_frames};
-    return unwind_stack_key(ips, max, keyer, hook_frame);
+    uint32_t stack = unwind_stack_key(ips, max, keyer, hook_frame);
+    if (__builtin_expect(config().verify_stacks, 0) && hook_frame) verify_stack(stack, max);
+    return stack;
 }
 
 // Stack id 0 ("no stack") for an mmap from a signal handler that
@@ -325,6 +367,26 @@ void* thread_trampoline(void* p) {
 }
 
 }  // namespace
+
+void report_stack_verification() {
+    // Decimal digits without stdio: the process is ending.
+    auto digits = [](uint64_t v, char* end) {
+        char* p = end;
+        *--p = 0;
+        do *--p = static_cast<char>('0' + v % 10); while (v /= 10);
+        return p;
+    };
+    char checked[24], differing[24];
+    const char* a = digits(g_verified_stacks.load(std::memory_order_relaxed), checked + sizeof checked);
+    const char* b = digits(g_differing_stacks.load(std::memory_order_relaxed), differing + sizeof differing);
+    char line[96];
+    size_t n = 0;
+    for (const char* s : {"verify-stacks: ", a, " stacks checked, ", b})
+        for (; *s && n + 1 < sizeof line; ++s) line[n++] = *s;
+    line[n] = 0;
+    diagnostic(line, " differ from libunwind");
+}
+
 }  // namespace heapsnap::recorder
 
 using namespace heapsnap::recorder;

@@ -29,6 +29,7 @@ struct Config {
     hslog::UnwindMode unwind;          // HEAPSNAP_UNWIND
     bool verbose;                      // HEAPSNAP_VERBOSE
     uint64_t sample_bytes;             // HEAPSNAP_SAMPLE_BYTES, 0 = record every allocation
+    bool verify_stacks;                // HEAPSNAP_VERIFY_STACKS (hooks.cpp, verify_stack)
 };
 
 const Config& config();
@@ -43,6 +44,10 @@ uint64_t start_time_ns();
 
 // Arranges for the thread's exit to be recorded and its ring retired.
 void watch_thread_exit(ThreadRing* ring);
+
+// HEAPSNAP_VERIFY_STACKS: prints how many of the stacks this process
+// captured were checked against libunwind's, and how many differed.
+void report_stack_verification();
 
 // Prints one diagnostic line on stderr, prefixed "heapsnap: ".
 void diagnostic(const char* a, const char* b = "", const char* c = "");

@@ -110,6 +110,8 @@ void read_config() {
     }
     const char* verbose = getenv("HEAPSNAP_VERBOSE");
     g_config.verbose = verbose && *verbose && strcmp(verbose, "0") != 0;
+    const char* verify = getenv("HEAPSNAP_VERIFY_STACKS");
+    g_config.verify_stacks = verify && *verify && strcmp(verify, "0") != 0;
 }
 
 void on_thread_exit(void*) {
@@ -265,4 +267,5 @@ __attribute__((destructor)) static void heapsnap_finish() {
     take_marker(heapsnap::hslog::MarkerCause::Exit, "exit");
     writer_stop(heapsnap::hslog::EndReason::Exit);
     g_state.store(ShutDown);
+    if (config().verify_stacks) report_stack_verification();
 }

@@ -8,8 +8,14 @@ program's allocation site."""
 
 import collections
 import os
+import re
+import sys
 
 from harness import HeapsnapTest, main, program
+
+# Debian's interpreters, recorded as they are installed.
+PYTHON3 = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+PERL = "/usr/bin/perl"
 
 SITE = "leaf_alloc"
 ROOTS = ("main", "worker_main")
@@ -93,6 +99,43 @@ class UnwindTest(HeapsnapTest):
         # Frame pointers stop being right below the program's root, where
         # glibc's frames have none: only the program's frames are checked.
         self.assert_exact("fp", "fp", check_outer_frames=False)
+
+    # ---- every stack against libunwind (HEAPSNAP_VERIFY_STACKS) -------------
+
+    def assert_stacks_match_libunwind(self, command, env, minimum):
+        """Records `command` with every captured stack unwound again by
+        libunwind; none may differ."""
+        result = self.heapsnap("run", "--", *command, env=dict(env, HEAPSNAP_VERIFY_STACKS="1"))
+        counts = re.findall(r"^heapsnap: verify-stacks: (\d+) stacks checked, (\d+) differ from libunwind$",
+                            result.stderr, re.M)
+        self.assertEqual(len(counts), 1, result.stderr)
+        checked, differing = map(int, counts[0])
+        self.assertGreater(checked, minimum, result.stderr)
+        self.assertEqual(differing, 0, result.stderr)
+
+    def test_verify_stacks_unwind_shapes(self):
+        # Longjmp, signal handlers, realigned frames, threads, rbp as data.
+        self.assert_stacks_match_libunwind([program("unwind_shapes"), "all"], {}, 2500)
+
+    def test_verify_stacks_python3(self):
+        # Debian's python3, built without frame pointers: its interpreter
+        # keeps data in rbp and calls malloc from hundreds of places.
+        script = ("import json\n"
+                  "keep = []\n"
+                  "for r in range(40):\n"
+                  "    batch = [{'id': i, 'name': 'item-%d' % i, 'tags': [str(i), str(r)]} for i in range(800)]\n"
+                  "    keep.append(json.dumps(batch[r])); keep += [set(b['tags']) for b in batch[::50]]\n"
+                  "    text = ' '.join(b['name'] for b in batch).split()\n"
+                  "    del batch, text\n")
+        self.assert_stacks_match_libunwind([PYTHON3, "-c", script], {"PYTHONMALLOC": "malloc"}, 50000)
+
+    def test_verify_stacks_perl(self):
+        if not os.path.exists(PERL):
+            self.skipTest("no %s" % PERL)
+        script = ("my %h; for my $i (1 .. 20000) { $h{\"k$i\"} = [$i, 'v' x ($i % 50)]; }"
+                  " for my $i (1 .. 20000) { delete $h{\"k$i\"} if $i % 3 == 0; }"
+                  " my $s = join(',', sort keys %h); print length($s) > 0 ? '' : 'empty';")
+        self.assert_stacks_match_libunwind([PERL, "-e", script], {}, 20000)
 
 
 if __name__ == "__main__":
