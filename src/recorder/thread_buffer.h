@@ -215,7 +215,7 @@ inline uint64_t claim_slot(ThreadRing& ring) {
 // which the caller fills the slot in place: every field but ts and thread.
 // begin_append waits (never drops) while the ring is full; end_append
 // stamps and publishes.
-inline Slot& begin_append(ThreadRing& ring) {
+__attribute__((always_inline)) inline Slot& begin_append(ThreadRing& ring) {
     bool outer = ring.depth++ == 0;
     if (outer) {
         if (ring_full(ring, kNestedReserve)) append_state::wait_for_room(ring, kNestedReserve);
@@ -235,7 +235,7 @@ inline Slot& begin_append(ThreadRing& ring) {
     return ring.slots[index % kRingSlots];
 }
 
-inline void end_append(ThreadRing& ring, Slot& slot) {
+__attribute__((always_inline)) inline void end_append(ThreadRing& ring, Slot& slot) {
     slot.ts = stamp(ring, slot.kind);
     if (ring.depth == 1) {
         ring.head.store(ring.local_head, std::memory_order_release);
@@ -255,7 +255,7 @@ bool emit_slow(const Slot& slot);
 // fifth of a free's whole cost on python3), as 16-byte loads read fields
 // just written with narrower stores.
 template <class Fill>
-inline bool emit_with(Fill&& fill) {
+__attribute__((always_inline)) inline bool emit_with(Fill&& fill) {
     ThreadState& t = thread_state();
     ThreadRing* ring = t.ring;
     if (__builtin_expect(ring == nullptr || !recorder_active(), 0)) {
