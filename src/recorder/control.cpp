@@ -58,16 +58,6 @@ void refuse(int fd, const char* text) {
     close(fd);
 }
 
-void format_uint(uint64_t v, char* out) {
-    char tmp[24];
-    int i = 0;
-    do tmp[i++] = static_cast<char>('0' + v % 10);
-    while (v /= 10);
-    int j = 0;
-    while (i) out[j++] = tmp[--i];
-    out[j] = 0;
-}
-
 // Parses "snapshot <label>" (the line without its newline); false for
 // anything else.
 bool parse_request(char* line, char* label, size_t cap) {

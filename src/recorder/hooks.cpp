@@ -195,27 +195,8 @@ std::atomic<uint64_t> g_differing_stacks{0};
 // `key` is the id the unwinder gave the stack of the hook's caller, walked
 // to at most `max` frames of the program.
 __attribute__((noinline)) void verify_stack(uint32_t key, int max) {
-    static std::atomic<uint64_t> own_start{0}, own_end{0};
-    if (!own_start.load(std::memory_order_acquire)) {
-        dl_find_object found;
-        if (_dl_find_object(reinterpret_cast<void*>(&verify_stack), &found) != 0) return;
-        own_end.store(reinterpret_cast<uint64_t>(found.dlfo_map_end), std::memory_order_relaxed);
-        own_start.store(reinterpret_cast<uint64_t>(found.dlfo_map_start), std::memory_order_release);
-    }
-    const uint64_t start = own_start.load(std::memory_order_acquire);
-    const uint64_t end = own_end.load(std::memory_order_relaxed);
-    // The recorder's frames above the hook's caller count against
-    // unw_backtrace's limit, not against the unwinder's: room for them.
-    constexpr int kOwnRoom = 32;
-    void* raw[kMaxDepth + 8 + kOwnRoom];
-    int n = unw_backtrace(raw, max + kOwnRoom);
     uint64_t theirs[kMaxDepth + 8];
-    int count = 0;
-    for (int i = 0; i < n && count < max; ++i) {
-        auto ip = reinterpret_cast<uint64_t>(raw[i]);
-        if (ip < start || ip >= end) theirs[count++] = ip;
-    }
-    uint32_t kept = kept_frames(count);
+    uint32_t kept = kept_frames(libunwind_program_stack(theirs, max));
     g_verified_stacks.fetch_add(1, std::memory_order_relaxed);
     if (intern_stack(theirs, kept, stack_hash(theirs, kept)) != key)
         g_differing_stacks.fetch_add(1, std::memory_order_relaxed);
@@ -369,22 +350,10 @@ void* thread_trampoline(void* p) {
 }  // namespace
 
 void report_stack_verification() {
-    // Decimal digits without stdio: the process is ending.
-    auto digits = [](uint64_t v, char* end) {
-        char* p = end;
-        *--p = 0;
-        do *--p = static_cast<char>('0' + v % 10); while (v /= 10);
-        return p;
-    };
     char checked[24], differing[24];
-    const char* a = digits(g_verified_stacks.load(std::memory_order_relaxed), checked + sizeof checked);
-    const char* b = digits(g_differing_stacks.load(std::memory_order_relaxed), differing + sizeof differing);
-    char line[96];
-    size_t n = 0;
-    for (const char* s : {"verify-stacks: ", a, " stacks checked, ", b})
-        for (; *s && n + 1 < sizeof line; ++s) line[n++] = *s;
-    line[n] = 0;
-    diagnostic(line, " differ from libunwind");
+    format_uint(g_verified_stacks.load(std::memory_order_relaxed), checked);
+    format_uint(g_differing_stacks.load(std::memory_order_relaxed), differing);
+    diagnostic("verify-stacks: ", checked, " stacks checked, ", differing, " differ from libunwind");
 }
 
 }  // namespace heapsnap::recorder

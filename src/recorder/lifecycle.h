@@ -49,8 +49,12 @@ void watch_thread_exit(ThreadRing* ring);
 // captured were checked against libunwind's, and how many differed.
 void report_stack_verification();
 
-// Prints one diagnostic line on stderr, prefixed "heapsnap: ".
-void diagnostic(const char* a, const char* b = "", const char* c = "");
+// Prints one diagnostic line on stderr, prefixed "heapsnap: ": the parts
+// one after the other.
+void diagnostic(const char* a, const char* b = "", const char* c = "", const char* d = "", const char* e = "");
+
+// Writes v in decimal, 0-terminated, without stdio: out holds 21 bytes.
+void format_uint(uint64_t v, char* out);
 
 // fork/exec hooks.
 void before_exec();

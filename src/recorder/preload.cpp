@@ -224,10 +224,20 @@ uint64_t start_time_ns() { return g_start_ns; }
 
 void watch_thread_exit(ThreadRing* ring) { pthread_setspecific(g_exit_key, ring); }
 
-void diagnostic(const char* a, const char* b, const char* c) {
+void format_uint(uint64_t v, char* out) {
+    char tmp[24];
+    int i = 0;
+    do tmp[i++] = static_cast<char>('0' + v % 10);
+    while (v /= 10);
+    int j = 0;
+    while (i) out[j++] = tmp[--i];
+    out[j] = 0;
+}
+
+void diagnostic(const char* a, const char* b, const char* c, const char* d, const char* e) {
     char line[3 * kMaxPathLen];
     size_t n = 0;
-    for (const char* s : {"heapsnap: ", a, b, c})
+    for (const char* s : {"heapsnap: ", a, b, c, d, e})
         for (; *s && n + 2 < sizeof line; ++s) line[n++] = *s;
     line[n++] = '\n';
     ssize_t ignored = write(STDERR_FILENO, line, n);

@@ -830,6 +830,19 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, cons
     return k;
 }
 
+__attribute__((noinline)) int libunwind_program_stack(uint64_t* ips, int max) {
+    // Room for the recorder's frames above the program's.
+    constexpr int kOwnRoom = 32;
+    if (max > kMaxFrames) max = kMaxFrames;
+    const OwnRange own = own_range();
+    void* all[kMaxFrames + kOwnRoom];
+    int n = unw_backtrace(all, max + kOwnRoom);
+    int count = 0;
+    for (int i = 0; i < n && count < max; ++i)
+        if (!own.holds(reinterpret_cast<uint64_t>(all[i]))) ips[count++] = reinterpret_cast<uint64_t>(all[i]);
+    return count;
+}
+
 void release_stack_cache() {
     t_released = true;
     if (!t_owned) return;

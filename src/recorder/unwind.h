@@ -126,6 +126,12 @@ uint32_t unwind_stack_key(uint64_t* ips, int max, const StackKeyer& keyer, const
 // user's choice and not what auto picks.
 int walk_frame_pointers(uint64_t* ips, int max, uint64_t top);
 
+// unw_backtrace's stack of the calling thread without the recorder's
+// frames: its first `max` frames of the program (the recorder's above them
+// do not count, as they do not for unwind_stack_key from a hook). Slow:
+// for HEAPSNAP_VERIFY_STACKS.
+int libunwind_program_stack(uint64_t* ips, int max);
+
 // The calling thread's exit hook: the stack cache it owns becomes free.
 void release_stack_cache();
 // In a fork child: the caches of the parent's other threads become free.

@@ -531,16 +531,7 @@ bool expand_pattern(const char* pattern, char* out, size_t cap) {
         return true;
     };
     char pid[24];
-    {
-        unsigned long v = static_cast<unsigned long>(getpid());
-        char tmp[24];
-        int i = 0;
-        do tmp[i++] = static_cast<char>('0' + v % 10);
-        while (v /= 10);
-        int j = 0;
-        while (i) pid[j++] = tmp[--i];
-        pid[j] = 0;
-    }
+    format_uint(static_cast<uint64_t>(getpid()), pid);
     for (const char* p = pattern; *p; ++p) {
         char one[2] = {*p, 0};
         bool ok = true;
