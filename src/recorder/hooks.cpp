@@ -146,6 +146,16 @@ bool should_record() {
     return (t.internal == 0 || t.capturing) && recorder_active();
 }
 
+// should_record for a hook about to call the real allocator: if it will
+// record, the unwinder's first lookup starts loading meanwhile (unwind.h,
+// prefetch_stack_key). Not when sampling: most allocations then take no
+// stack.
+__attribute__((always_inline)) inline bool should_record_prefetching(const void* hook_frame) {
+    bool record = should_record();
+    if (record && !sampling()) prefetch_stack_key(hook_frame);
+    return record;
+}
+
 // Where a hook was called from: the return address into the program,
 // and the hook's own frame, where the stack walk starts (the recorder
 // keeps frame pointers), so the recorder's frames below the hook are
@@ -364,8 +374,9 @@ using namespace heapsnap::recorder;
 
 HEAPSNAP_EXPORT void* malloc(size_t size) {
     if (!ready()) return bootstrap_alloc(size);
+    bool record = should_record_prefetching(__builtin_frame_address(0));
     void* p = real.malloc(size);
-    if (p && should_record()) record_alloc(AllocFn::Malloc, p, size, HEAPSNAP_CALLER);
+    if (p && record) record_alloc(AllocFn::Malloc, p, size, HEAPSNAP_CALLER);
     return p;
 }
 
@@ -382,8 +393,9 @@ HEAPSNAP_EXPORT void* calloc(size_t n, size_t size) {
         if (__builtin_mul_overflow(n, size, &total)) return nullptr;
         return bootstrap_alloc(total);  // static storage: already zero
     }
+    bool record = should_record_prefetching(__builtin_frame_address(0));
     void* p = real.calloc(n, size);
-    if (p && should_record()) record_alloc(AllocFn::Calloc, p, n * size, HEAPSNAP_CALLER);
+    if (p && record) record_alloc(AllocFn::Calloc, p, n * size, HEAPSNAP_CALLER);
     return p;
 }
 

@@ -252,6 +252,13 @@ struct StackCache {
     uint64_t prefix_generation[kMaxFrames];  // `writes` when one of frames[0..i] was last written
     SegmentBucket segments[1u << kSegmentBucketBits];
     uint32_t next_way;
+    // The segment tag prefetch_stack_key worked out for the hook whose
+    // frame is `pending_from` and whose caller is at `pending_ip` (null:
+    // none). Only a hint of where to look: a segment found is checked in
+    // full all the same.
+    const void* pending_from;
+    uint64_t pending_ip;
+    uint64_t pending_tag;
     CachedFrame fresh[kMaxFrames];  // the new stack above its kept part, innermost first
     NearRule near[1u << kNearBits];
     Memo memos[1u << kMemoBits];
@@ -649,14 +656,22 @@ uint64_t& by_caller_slot(StackCache* c, uint64_t ip) { return c->by_caller[mix(0
 // stack still hold it; 0 otherwise. The stack is then the one keyed: the
 // segment's frames and the last stack's frames 0..join, each link checked
 // against memory, and frames 0..join unchanged in the cache since.
-uint32_t segment_key(StackCache* c, const Frame& first, const FrameRule& first_rule) {
+// The tag of the segments of the stack that starts at `first`.
+uint64_t first_tag(StackCache* c, const Frame& first, const FrameRule& first_rule) {
     // A tag by caller costs a step, which a hit checks again anyway.
     uint64_t caller_ip = 0;
     if (by_caller_slot(c, first.ip) == first.ip && first_rule.kind == FrameRule::Step) {
         Reads reads;
         caller_ip = step(first_rule, first, reads).ip;
     }
-    uint64_t tag = segment_tag(first, caller_ip);
+    return segment_tag(first, caller_ip);
+}
+
+// `from`: the hook's frame, for the tag prefetch_stack_key left.
+uint32_t segment_key(StackCache* c, const Frame& first, const FrameRule& first_rule, const void* from) {
+    bool pending = c->pending_from == from && c->pending_ip == first.ip;
+    uint64_t tag = pending ? c->pending_tag : first_tag(c, first, first_rule);
+    c->pending_from = nullptr;
     SegmentBucket& bucket = segment_bucket(c, tag);
     for (unsigned way = 0; way < kSegmentWays; ++way) {
         if (bucket.tags[way] != tag) continue;
@@ -792,7 +807,7 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, cons
     if (c && from_hook) {
         first_rule = &first_frame_rule(c, first.ip);
         uint32_t k = same_stack_key(c, first);
-        if (!k) k = segment_key(c, first, *first_rule);
+        if (!k) k = segment_key(c, first, *first_rule, from);
         if (k) {
             give_back(b);  // the last stack and its key stay as they were
             return k;
@@ -828,6 +843,25 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, cons
     if (from_hook) keep_segment(c, w, k);
     give_back(b);
     return k;
+}
+
+void prefetch_stack_key(const void* from) {
+    if (!t_owned) return;
+    PoolSlot& s = g_pool[t_owned - 1];
+    if (s.owner_walking) return;  // a signal handler interrupting a walk
+    s.owner_walking = true;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    if (StackCache* c = s.cache.load(std::memory_order_relaxed)) {
+        const Frame first = caller_of(static_cast<const uint64_t*>(from));
+        c->pending_tag = first_tag(c, first, first_frame_rule(c, first.ip));
+        c->pending_ip = first.ip;
+        c->pending_from = from;
+        const SegmentBucket& bucket = segment_bucket(c, c->pending_tag);
+        __builtin_prefetch(&bucket.tags);
+        for (const Segment& sg : bucket.ways) __builtin_prefetch(&sg);
+    }
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    s.owner_walking = false;
 }
 
 __attribute__((noinline)) int libunwind_program_stack(uint64_t* ips, int max) {

@@ -119,6 +119,13 @@ struct StackKeyer {
 // its own, so the recorder's frames between it and here are not walked.
 uint32_t unwind_stack_key(uint64_t* ips, int max, const StackKeyer& keyer, const void* from);
 
+// Called by a hook (`from`: its frame) before the real allocator: starts
+// loading the segment bucket unwind_stack_key(.., from) will look in
+// first, so that the allocator's own work hides the cache miss (on a
+// compile, the largest single stall of the unwinder). Does nothing on a
+// thread that owns no stack cache yet.
+void prefetch_stack_key(const void* from);
+
 // --unwind fp: follows the saved frame pointers, left out and limited the
 // same way, reading nothing at or above `top` (the thread's stack top).
 // Right only for code built with frame pointers: a function without one
