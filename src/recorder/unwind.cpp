@@ -314,13 +314,9 @@ StackCache* cache_of(PoolSlot& s) {
     return c;
 }
 
-// Borrows a cache for one walk: the one the thread owns, or else a free
-// one near its usual slot, which it then owns unless it is past its exit
-// hook (it would never give it back).
-// Null cache when all tried are busy or there is no memory: the walk then
-// looks every rule up. Any thread may use any cache: what it holds is
-// checked against memory before use, never trusted.
-Borrowed borrow() {
+// The cache the thread owns, borrowed with plain stores; `owned` false
+// when it owns none or is inside a walk already (a signal handler).
+Borrowed borrow_owned() {
     if (t_owned) {
         PoolSlot& s = g_pool[t_owned - 1];
         if (!s.owner_walking) {
@@ -329,6 +325,17 @@ Borrowed borrow() {
             return Borrowed{s.cache.load(std::memory_order_relaxed), t_owned - 1, true};
         }
     }
+    return Borrowed{nullptr, 0, false};
+}
+
+// Borrows a cache for one walk: the one the thread owns, or else a free
+// one near its usual slot, which it then owns unless it is past its exit
+// hook (it would never give it back).
+// Null cache when all tried are busy or there is no memory: the walk then
+// looks every rule up. Any thread may use any cache: what it holds is
+// checked against memory before use, never trusted.
+Borrowed borrow() {
+    if (Borrowed b = borrow_owned(); b.owned) return b;
     if (!t_slot) t_slot = 1 + g_next_slot.fetch_add(1, std::memory_order_relaxed) % kPoolSlots;
     const bool may_own = !t_owned && !t_released;
     for (uint32_t tries = 0; tries < 4; ++tries) {
@@ -652,10 +659,6 @@ const FrameRule& first_frame_rule(StackCache* c, uint64_t ip) {
 // Where StackCache::by_caller may hold `ip`.
 uint64_t& by_caller_slot(StackCache* c, uint64_t ip) { return c->by_caller[mix(0, ip) >> (64 - kByCallerBits)]; }
 
-// The key of the stack that starts at `first`, if a segment and the last
-// stack still hold it; 0 otherwise. The stack is then the one keyed: the
-// segment's frames and the last stack's frames 0..join, each link checked
-// against memory, and frames 0..join unchanged in the cache since.
 // The tag of the segments of the stack that starts at `first`.
 uint64_t first_tag(StackCache* c, const Frame& first, const FrameRule& first_rule) {
     // A tag by caller costs a step, which a hit checks again anyway.
@@ -667,6 +670,10 @@ uint64_t first_tag(StackCache* c, const Frame& first, const FrameRule& first_rul
     return segment_tag(first, caller_ip);
 }
 
+// The key of the stack that starts at `first`, if a segment and the last
+// stack still hold it; 0 otherwise. The stack is then the one keyed: the
+// segment's frames and the last stack's frames 0..join, each link checked
+// against memory, and frames 0..join unchanged in the cache since.
 // `from`: the hook's frame, for the tag prefetch_stack_key left.
 uint32_t segment_key(StackCache* c, const Frame& first, const FrameRule& first_rule, const void* from) {
     bool pending = c->pending_from == from && c->pending_ip == first.ip;
@@ -846,12 +853,8 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, cons
 }
 
 void prefetch_stack_key(const void* from) {
-    if (!t_owned) return;
-    PoolSlot& s = g_pool[t_owned - 1];
-    if (s.owner_walking) return;  // a signal handler interrupting a walk
-    s.owner_walking = true;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    if (StackCache* c = s.cache.load(std::memory_order_relaxed)) {
+    Borrowed b = borrow_owned();
+    if (StackCache* c = b.cache) {
         const Frame first = caller_of(static_cast<const uint64_t*>(from));
         c->pending_tag = first_tag(c, first, first_frame_rule(c, first.ip));
         c->pending_ip = first.ip;
@@ -860,8 +863,7 @@ void prefetch_stack_key(const void* from) {
         __builtin_prefetch(&bucket.tags);
         for (const Segment& sg : bucket.ways) __builtin_prefetch(&sg);
     }
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    s.owner_walking = false;
+    give_back(b);
 }
 
 __attribute__((noinline)) int libunwind_program_stack(uint64_t* ips, int max) {
