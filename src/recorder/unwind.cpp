@@ -105,34 +105,42 @@ bool reads_hold(const Reads& r, const Frame& caller, bool bp_matters = true) {
 
 bool link_holds(const CachedFrame& callee, const CachedFrame& caller) { return reads_hold(callee.reads, caller.frame); }
 
-// link_holds of a frame and its caller, as two words to re-read and what
-// they must hold, so that a check is two loads and no branch: a link that
-// reads no rbp checks its return address twice, and a link with a CFA word
-// too (a realigned frame, rare) is made to fail here and is checked with
-// link_holds instead.
+// link_holds of a frame and its caller, as a word to re-read and what it
+// must hold: the return address, for most links all they read that the
+// walk depends on. Bit 0 of `at` set: the link reads a second word, an
+// rbp the walk depends on, whose check is the stack cache's
+// more_checks[i]; a link with a CFA word too (a realigned frame, rare) has
+// a second check made to fail and is checked with link_holds instead.
+// One word and 16 bytes a link, not two and 32: the checks are most of
+// what a hit does (a compile checks 23 links an allocation).
 struct LinkCheck {
-    uint64_t ra_at;
-    uint64_t ra;
-    uint64_t bp_at;
-    uint64_t bp;
+    uint64_t at;
+    uint64_t value;
 };
 
 // A word that never holds what a realigned frame's check expects.
 const uint64_t g_realigned_word = 0;
 
-bool realigned(const LinkCheck& k) { return k.ra_at == reinterpret_cast<uint64_t>(&g_realigned_word); }
+bool realigned(const LinkCheck& more) { return more.at == reinterpret_cast<uint64_t>(&g_realigned_word); }
 
-LinkCheck check_of(const CachedFrame& callee, const CachedFrame& caller) {
+bool check_fails(const LinkCheck& k) { return load(k.at & ~uint64_t{1}) != k.value; }
+
+// The checks of the link from `callee` to `caller`: the first, and the
+// second where the first's bit 0 says there is one.
+struct LinkChecks {
+    LinkCheck first;
+    LinkCheck more;
+};
+
+LinkChecks checks_of(const CachedFrame& callee, const CachedFrame& caller) {
     const Reads& r = callee.reads;
     if (r.cfa_at) {
         auto never = reinterpret_cast<uint64_t>(&g_realigned_word);
-        return LinkCheck{never, 1, never, 1};
+        return LinkChecks{{r.ra_at | 1, caller.frame.ip}, {never, 1}};
     }
-    if (!r.bp_at || !caller.bp_needed) return LinkCheck{r.ra_at, caller.frame.ip, r.ra_at, caller.frame.ip};
-    return LinkCheck{r.ra_at, caller.frame.ip, r.bp_at, caller.frame.bp};
+    if (!r.bp_at || !caller.bp_needed) return LinkChecks{{r.ra_at, caller.frame.ip}, {}};
+    return LinkChecks{{r.ra_at | 1, caller.frame.ip}, {r.bp_at, caller.frame.bp}};
 }
-
-bool check_fails(const LinkCheck& k) { return ((load(k.ra_at) ^ k.ra) | (load(k.bp_at) ^ k.bp)) != 0; }
 
 // Rules this cache looked up lately, by address: the few call sites a
 // thread allocates from (the recorder's own frames among them) stay on
@@ -244,7 +252,8 @@ struct StackCache {
     uint64_t sps[kMaxFrames];       // frames[i].frame.sp, densely, for the search by sp
     // What the reuse of a stack reads, densely, for the ~12 frames reused
     // on every allocation of an interpreter:
-    LinkCheck checks[kMaxFrames];   // [i]: link_holds(frames[i], frames[i - 1]), i >= 1
+    LinkCheck checks[kMaxFrames];       // [i]: link_holds(frames[i], frames[i - 1]), i >= 1
+    LinkCheck more_checks[kMaxFrames];  // [i]: its second word, if checks[i] says it has one
     uint64_t rips[kMaxFrames];      // frames[i].frame.ip at kMaxFrames - 1 - i: a run of
                                     // frames innermost first is one memcpy
     uint16_t owns[kMaxFrames];      // own frames in frames[0..i]
@@ -269,12 +278,17 @@ struct StackCache {
 // against memory (LinkCheck, or link_holds for a realigned frame).
 int holds_down_to(const StackCache* c, int top, int lo) {
     // One link at a time: the words of frames[t - 1]'s link are known to be
-    // this stack's only once frames[t]'s link held (the cache may come from
-    // another thread's stack).
+    // this stack's only once frames[t]'s link held, both its words (the
+    // cache may come from another thread's stack).
     for (const LinkCheck* k = &c->checks[top]; k > &c->checks[lo]; --k) {
-        if (!check_fails(*k)) continue;
+        if (__builtin_expect(!(k->at & 1), 1)) {
+            if (load(k->at) == k->value) continue;
+            return static_cast<int>(k - c->checks);
+        }
         auto t = static_cast<int>(k - c->checks);
-        if (!realigned(*k) || !link_holds(c->frames[t], c->frames[t - 1])) return t;
+        const LinkCheck& more = c->more_checks[t];
+        if (!check_fails(*k) && !check_fails(more)) continue;
+        if (!realigned(more) || !link_holds(c->frames[t], c->frames[t - 1])) return t;
     }
     return top > lo ? lo : top;
 }
@@ -583,7 +597,11 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
         c->sps[at] = frame.frame.sp;
         c->rips[kMaxFrames - 1 - at] = frame.frame.ip;
         c->owns[at] = static_cast<uint16_t>((at ? c->owns[at - 1] : 0) + frame.own);
-        if (at) c->checks[at] = check_of(frame, last[at - 1]);
+        if (at) {
+            LinkChecks checks = checks_of(frame, last[at - 1]);
+            c->checks[at] = checks.first;
+            c->more_checks[at] = checks.more;
+        }
         c->prefix_generation[at] = ++c->writes;
     }
     bool unchanged = same && kept + 1 + nf == last_count;
