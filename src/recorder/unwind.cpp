@@ -727,7 +727,6 @@ uint32_t segment_key(StackCache* c, const Frame& first, const FrameRule& first_r
     return 0;
 }
 
-// Remembers the fresh frames of the walk just made, keyed `key`.
 // Remembers the fresh frames of the walk just made, keyed `key`. A first
 // frame with a new path while its bucket holds two of its segments already
 // (a wrapper such as xmalloc, called from everywhere at one depth) has its
