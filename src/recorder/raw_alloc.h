@@ -20,7 +20,9 @@ void* raw_map(size_t bytes);
 // page first read maps the shared zero page, and the write after it takes
 // a write-protect fault whose TLB flush interrupts, by IPI, every CPU
 // running another thread of the process (on cc1plus, most of the writer
-// thread's kernel time once the membarrier was gone).
+// thread's kernel time once the membarrier was gone). Also for memory
+// filled page after page on a hot path (the stack table's record arena),
+// where one syscall costs less than a fault per page.
 void* raw_map_populated(size_t bytes);
 // raw_map_populated, but from 2 MiB on rounded up to and aligned on 2 MiB
 // and advised for transparent huge pages (small pages where the kernel has
