@@ -14,10 +14,13 @@
 //     kDeferredStack). A handler that interrupts any other part of a hook
 //     is recorded normally.
 //
-// dlopen/dlclose are observed, not interposed: glibc resolves $ORIGIN and
-// RUNPATH from dlopen's caller, and a wrapper would make the caller this
-// library. Module changes are picked up from dl_iterate_phdr's load/unload
-// counters when a new stack is interned (modules.h).
+// dlopen is observed, not interposed: glibc resolves $ORIGIN and RUNPATH
+// from dlopen's caller, and a wrapper would make the caller this library.
+// Module changes are picked up from dl_iterate_phdr's load/unload counters
+// when a new stack is interned (modules.h). dlclose, which does not
+// depend on its caller, is interposed for one thing: the stacks handed to
+// the writer to intern (unwind.h, "Local keys") are interned, and their
+// frames resolved, before the module they may lie in goes.
 //
 // While dlsym itself allocates during the lookup of the real functions,
 // allocations are served from a static bootstrap arena that is never freed.
@@ -80,6 +83,7 @@ struct Real {
     int (*execv)(const char*, char* const[]);
     int (*execvp)(const char*, char* const[]);
     int (*execvpe)(const char*, char* const[], char* const[]);
+    int (*dlclose)(void*);
 };
 
 Real real;
@@ -130,6 +134,7 @@ __attribute__((noinline)) void resolve() {
     lookup(real.execv, "execv");
     lookup(real.execvp, "execvp");
     lookup(real.execvpe, "execvpe");
+    lookup(real.dlclose, "dlclose");
     g_resolved.store(true, std::memory_order_release);
 }
 
@@ -191,6 +196,22 @@ bool recall_program_frames(const void* record, const uint64_t* ips, int n) {
     return stack_id_of(record, ips, kept_frames(n)) != 0;
 }
 
+// Hands ips[0..n), cut the same way, to the writer to intern (unwind.h,
+// "Local keys"): the frames that differ from the outer part of `last`, the
+// stack handed on before, which it then becomes. On a compile, a stack
+// shares most of its 41 frames with the one before.
+bool define_program_frames(const uint64_t* ips, int n, uint64_t hash, uint32_t local, DefinedStack& last) {
+    uint32_t kept = kept_frames(n);
+    if (kept != static_cast<uint32_t>(n)) hash = stack_hash(ips, kept);
+    const uint64_t* outer = last.ips + kDefinedRoom;
+    uint32_t shared = 0;
+    while (shared < kept && shared < last.n && ips[kept - 1 - shared] == outer[-1 - static_cast<int>(shared)]) ++shared;
+    if (!append_stack_def(local, ips, kept, shared, hash)) return false;
+    memcpy(last.ips + kDefinedRoom - kept, ips, sizeof(uint64_t) * (kept - shared));
+    last.n = kept;
+    return true;
+}
+
 // ---- HEAPSNAP_VERIFY_STACKS --------------------------------------------------
 //
 // A check of the unwinder on real programs: every stack captured from a
@@ -202,19 +223,20 @@ bool recall_program_frames(const void* record, const uint64_t* ips, int n) {
 std::atomic<uint64_t> g_verified_stacks{0};
 std::atomic<uint64_t> g_differing_stacks{0};
 
-// `key` is the id the unwinder gave the stack of the hook's caller, walked
-// to at most `max` frames of the program.
-__attribute__((noinline)) void verify_stack(uint32_t key, int max) {
+// The id of libunwind's stack of the hook's caller, at most `max` frames
+// of the program.
+__attribute__((noinline)) uint32_t libunwind_stack_id(int max) {
     uint64_t theirs[kMaxDepth + 8];
     uint32_t kept = kept_frames(libunwind_program_stack(theirs, max));
-    g_verified_stacks.fetch_add(1, std::memory_order_relaxed);
-    if (intern_stack(theirs, kept, stack_hash(theirs, kept)) != key)
-        g_differing_stacks.fetch_add(1, std::memory_order_relaxed);
+    return intern_stack(theirs, kept, stack_hash(theirs, kept));
 }
 
 // `hook_frame`: the frame of the hook that was called from the program
 // (null: start from here and leave the recorder's frames out on the way).
-__attribute__((always_inline)) inline uint32_t capture_stack(const void* hook_frame) {
+// Under HEAPSNAP_VERIFY_STACKS, `expected` (if not null) receives the id
+// libunwind's stack has where the stack's own id is a local key, which
+// only the writer turns into an id; the writer compares the two then.
+__attribute__((always_inline)) inline uint32_t capture_stack(const void* hook_frame, uint32_t* expected) {
     uint64_t ips[kMaxDepth + 8];
     int max = static_cast<int>(config().depth) + 8;
     uint64_t top = config().unwind == hslog::UnwindMode::FramePointer ? stack_top() : 0;
@@ -223,15 +245,22 @@ __attribute__((always_inline)) inline uint32_t capture_stack(const void* hook_fr
         return intern_stack(ips, n, stack_hash(ips, n));
     }
     // The prefetch is for a stack within the depth limit, the usual case.
-    static constexpr StackKeyer keyer{intern_program_frames, prefetch_stack, recall_program_frames};
+    static constexpr StackKeyer keyer{intern_program_frames, prefetch_stack, recall_program_frames,
+                                      define_program_frames};
     uint32_t stack = unwind_stack_key(ips, max, keyer, hook_frame);
-    if (__builtin_expect(config().verify_stacks, 0) && hook_frame) verify_stack(stack, max);
+    if (__builtin_expect(config().verify_stacks, 0) && hook_frame && expected) {
+        uint32_t theirs = libunwind_stack_id(max);
+        if (is_local_key(stack))
+            *expected = theirs;
+        else
+            note_stack_verified(stack == theirs);
+    }
     return stack;
 }
 
 // Stack id 0 ("no stack") for an mmap from a signal handler that
 // interrupted a capture: the slot has no room for its caller.
-__attribute__((always_inline)) inline uint32_t stack_now(const void* hook_frame) {
+__attribute__((always_inline)) inline uint32_t stack_now(const void* hook_frame, uint32_t* expected = nullptr) {
     ThreadState& t = thread_state();
     if (t.capturing) return 0;
     // capturing covers internal on both sides: a signal handler never finds
@@ -239,7 +268,7 @@ __attribute__((always_inline)) inline uint32_t stack_now(const void* hook_frame)
     t.capturing = true;
     std::atomic_signal_fence(std::memory_order_seq_cst);
     t.internal++;
-    uint32_t stack = capture_stack(hook_frame);
+    uint32_t stack = capture_stack(hook_frame, expected);
     t.internal--;
     std::atomic_signal_fence(std::memory_order_seq_cst);
     t.capturing = false;
@@ -264,10 +293,12 @@ __attribute__((always_inline)) inline void record_alloc_unsampled(AllocFn fn, co
         });
         return;
     }
-    uint32_t stack = stack_now(caller.frame);
+    uint32_t expected = 0;
+    uint32_t stack = stack_now(caller.frame, &expected);
     emit_with([&](Slot& s) {
         fill_alloc(s, fn, addr, size);
         s.stack = stack;
+        s.aux = expected;
     });
 }
 
@@ -358,6 +389,11 @@ void* thread_trampoline(void* p) {
 }
 
 }  // namespace
+
+void note_stack_verified(bool same) {
+    g_verified_stacks.fetch_add(1, std::memory_order_relaxed);
+    if (!same) g_differing_stacks.fetch_add(1, std::memory_order_relaxed);
+}
 
 void report_stack_verification() {
     char checked[24], differing[24];
@@ -599,6 +635,18 @@ int around_exec(Call&& call) {
 }
 
 }  // namespace
+
+HEAPSNAP_EXPORT int dlclose(void* handle) {
+    auto real_dlclose = ready() && real.dlclose ? real.dlclose
+                                                : reinterpret_cast<int (*)(void*)>(dlsym(RTLD_NEXT, "dlclose"));
+    if (should_record()) {
+        ThreadState& t = thread_state();
+        t.internal++;
+        writer_take_published();
+        t.internal--;
+    }
+    return real_dlclose(handle);
+}
 
 HEAPSNAP_EXPORT int execve(const char* path, char* const argv[], char* const envp[]) {
     if (!ready()) return -1;

@@ -45,8 +45,11 @@ uint64_t start_time_ns();
 // Arranges for the thread's exit to be recorded and its ring retired.
 void watch_thread_exit(ThreadRing* ring);
 
-// HEAPSNAP_VERIFY_STACKS: prints how many of the stacks this process
-// captured were checked against libunwind's, and how many differed.
+// HEAPSNAP_VERIFY_STACKS: counts a stack checked against libunwind's (by
+// the hook, or by the writer where the stack had a local key).
+void note_stack_verified(bool same);
+// Prints how many of the stacks this process captured were checked
+// against libunwind's, and how many differed.
 void report_stack_verification();
 
 // Prints one diagnostic line on stderr, prefixed "heapsnap: ": the parts

@@ -1,6 +1,11 @@
 // Interning of call stacks: each distinct stack gets a small dense id and is
 // written to the log once; events carry only the id.
 //
+// Who interns: the writer, for the stacks a program thread walked with the
+// stack cache it owns (their StackDefs, unwind.h "Local keys"); the program
+// thread itself for the rest (a signal handler's walk, a thread past its
+// exit hook, HEAPSNAP_VERIFY_STACKS's libunwind stacks, --unwind fp).
+//
 // Lookups are lock-free (an open-addressing table of (tag, record) pairs,
 // read with acquire loads); inserting a new stack takes a lock of its own
 // (stack_insert_lock), not the metadata lock, which the writer holds while

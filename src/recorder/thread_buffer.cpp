@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <time.h>
 
+#include <cstring>
 #include <new>
 
 #include "recorder/clock.h"
@@ -112,6 +113,36 @@ __attribute__((noinline)) void wait_for_room(ThreadRing& ring, uint64_t needed) 
 }  // namespace append_state
 
 ThreadState& thread_state() { return t_state; }
+
+bool append_stack_def(uint32_t key, const uint64_t* fresh, uint32_t n, uint32_t shared, uint64_t hash) {
+    ThreadRing* ring = t_state.ring;
+    if (!ring || t_state.retired || !recorder_active()) return false;
+    const uint32_t differ = n - shared;
+    uint64_t count = stack_def_slots(differ);
+    Slot& head = begin_append(*ring, count);
+    uint64_t first = static_cast<uint64_t>(&head - ring->slots);
+    // begin_append fetches one slot's line ahead an append; this append
+    // moves `count` slots on, so the lines as far ahead of its end are
+    // fetched too, or the next appends write to lines still the writer's.
+    for (uint64_t i = 1; i < count; ++i) __builtin_prefetch(&ring->slots[(first + i + kPrefetchSlots) % kRingSlots], 1);
+    uint64_t ts = stamp(*ring, SlotKind::StackDef);
+    head = Slot{};
+    head.ts = ts;
+    head.kind = SlotKind::StackDef;
+    head.addr = hash;
+    head.size = uint64_t{shared} << 32 | n;
+    head.stack = key;
+    head.thread = t_state.thread_index;
+    for (uint64_t i = 1; i < count; ++i) {
+        Slot& data = ring->slots[(first + i) % kRingSlots];
+        data.ts = ts;
+        uint32_t from = static_cast<uint32_t>(i - 1) * kIpsPerDefSlot;
+        uint32_t take = differ - from < kIpsPerDefSlot ? differ - from : kIpsPerDefSlot;
+        memcpy(stack_def_ips(data), fresh + from, sizeof(uint64_t) * take);
+    }
+    publish_append(*ring);
+    return true;
+}
 
 uint32_t current_thread_index() {
     if (!t_state.has_index) {

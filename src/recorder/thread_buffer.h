@@ -88,7 +88,7 @@
 
 namespace heapsnap::recorder {
 
-enum class SlotKind : uint8_t { Alloc, Free, Mmap, Munmap, ThreadStart, ThreadExit, Marker };
+enum class SlotKind : uint8_t { Alloc, Free, Mmap, Munmap, ThreadStart, ThreadExit, Marker, StackDef };
 
 struct Slot {
     uint64_t ts;
@@ -96,7 +96,8 @@ struct Slot {
     uint64_t size;    // size / length; stack size for ThreadStart; marker index for Marker
     uint32_t stack;   // interned stack id (Alloc, Mmap)
     uint32_t thread;  // thread index
-    uint32_t aux;     // mmap flags; os tid for ThreadStart; low half of the caller (kDeferredStack)
+    uint32_t aux;     // mmap flags; os tid for ThreadStart; low half of the caller (kDeferredStack);
+                      // for an Alloc with a local key, libunwind's stack id (HEAPSNAP_VERIFY_STACKS)
     SlotKind kind;
     uint8_t fn;          // hslog::AllocFn for Alloc; prot for Mmap
     uint16_t caller_hi;  // bits 32..47 of the caller (kDeferredStack)
@@ -117,6 +118,19 @@ inline void set_deferred_caller(Slot& s, uint64_t caller) {
 }
 
 inline uint64_t deferred_caller(const Slot& s) { return uint64_t{s.caller_hi} << 32 | s.aux; }
+
+// A stack the thread's own stack cache walked, for the writer to intern
+// (unwind.h, "Local keys"): a StackDef slot (addr: the stack's hash; size:
+// its frame count n in the low half, and in the high half how many of its
+// outermost frames are those of the cache's previous StackDef; stack: the
+// local key events of this ring name it by), followed by the frames that
+// differ, innermost first, kIpsPerDefSlot to a slot after its stamp. Every
+// slot of it carries the stamp, so the last published slot's is a stamp
+// whatever it is (the writer's bound for a busy ring).
+inline constexpr uint32_t kIpsPerDefSlot = 4;
+inline constexpr uint64_t stack_def_slots(uint32_t frames) { return 1 + (frames + kIpsPerDefSlot - 1) / kIpsPerDefSlot; }
+inline uint64_t* stack_def_ips(Slot& s) { return &s.addr; }
+inline const uint64_t* stack_def_ips(const Slot& s) { return &s.addr; }
 
 // 640 KiB a ring. The writer cannot drain while it compresses a frame
 // (1 MiB of records, ~3 ms); a ring must hold what a busy thread produces
@@ -201,12 +215,12 @@ inline bool ring_full(const ThreadRing& ring, uint64_t needed) {
     return ring.local_head + needed - ring.tail.load(std::memory_order_acquire) > kRingSlots;
 }
 
-// Takes the next slot index in one instruction: a signal handler that
+// Takes the next `count` slot indices in one instruction: a signal handler that
 // appends on this thread lands before or after it, never between a read
 // and a write of local_head (which would give both events one slot). No
 // lock prefix: only this thread writes local_head.
-inline uint64_t claim_slot(ThreadRing& ring) {
-    uint64_t index = 1;
+inline uint64_t claim_slot(ThreadRing& ring, uint64_t count = 1) {
+    uint64_t index = count;
     asm volatile("xaddq %0, %1" : "+r"(index), "+m"(ring.local_head) : : "memory");
     return index;
 }
@@ -214,11 +228,12 @@ inline uint64_t claim_slot(ThreadRing& ring) {
 // The two halves of appending to the calling thread's own ring, between
 // which the caller fills the slot in place: every field but ts and thread.
 // begin_append waits (never drops) while the ring is full; end_append
-// stamps and publishes.
-__attribute__((always_inline)) inline Slot& begin_append(ThreadRing& ring) {
+// stamps and publishes. `count` slots in a row are claimed (a StackDef);
+// the first is returned.
+__attribute__((always_inline)) inline Slot& begin_append(ThreadRing& ring, uint64_t count = 1) {
     bool outer = ring.depth++ == 0;
     if (outer) {
-        if (ring_full(ring, kNestedReserve)) append_state::wait_for_room(ring, kNestedReserve);
+        if (ring_full(ring, count - 1 + kNestedReserve)) append_state::wait_for_room(ring, count - 1 + kNestedReserve);
         if (append_state::g_asymmetric_fence) {
             ring.in_flight.store(1, std::memory_order_relaxed);
             std::atomic_signal_fence(std::memory_order_seq_cst);  // the store stays before the clock read
@@ -228,15 +243,15 @@ __attribute__((always_inline)) inline Slot& begin_append(ThreadRing& ring) {
     } else {
         // A signal handler inside a hook: the writer can still drain every
         // published slot, which is all but the interrupted ones.
-        if (ring_full(ring, 1)) append_state::wait_for_room(ring, 1);
+        if (ring_full(ring, count)) append_state::wait_for_room(ring, count);
     }
-    uint64_t index = claim_slot(ring);
+    uint64_t index = claim_slot(ring, count);
     __builtin_prefetch(&ring.slots[(index + kPrefetchSlots) % kRingSlots], 1);
     return ring.slots[index % kRingSlots];
 }
 
-__attribute__((always_inline)) inline void end_append(ThreadRing& ring, Slot& slot) {
-    slot.ts = stamp(ring, slot.kind);
+// The second half for slots already stamped.
+__attribute__((always_inline)) inline void publish_append(ThreadRing& ring) {
     if (ring.depth == 1) {
         ring.head.store(ring.local_head, std::memory_order_release);
         ring.in_flight.store(0, std::memory_order_release);
@@ -244,6 +259,20 @@ __attribute__((always_inline)) inline void end_append(ThreadRing& ring, Slot& sl
     }
     ring.depth--;
 }
+
+__attribute__((always_inline)) inline void end_append(ThreadRing& ring, Slot& slot) {
+    slot.ts = stamp(ring, slot.kind);
+    publish_append(ring);
+}
+
+// Appends a StackDef of an n-frame stack (at most kMaxDepth + 8) whose
+// outermost `shared` frames are those of the previous one and whose others
+// are fresh[0..n - shared), and whose events will name it `key`; false
+// when the calling thread has no ring of its own to append to (its first
+// event, a retired ring) or the recorder is not running: the caller
+// interns the stack itself then.
+bool append_stack_def(uint32_t key, const uint64_t* fresh, uint32_t n, uint32_t shared, uint64_t hash);
+
 // Every other case of emit_with: the thread's first event, a thread whose
 // ring is retired, a recorder not running (false).
 bool emit_slow(const Slot& slot);

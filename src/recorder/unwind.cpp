@@ -239,6 +239,8 @@ constexpr unsigned kByCallerBits = 6;
 
 struct StackCache {
     FirstFrames first_frames;
+    uint32_t local_next;  // the counter of the next local key (unwind.h)
+    DefinedStack defined;
     uint64_t by_caller[1u << kByCallerBits];
     int count;  // frames of the last stack, outermost first, so a new
                 // stack that shares its outer part rewrites only the top
@@ -306,7 +308,7 @@ struct alignas(64) PoolSlot {
     std::atomic<StackCache*> cache;
 };
 
-constexpr uint32_t kPoolSlots = 128;
+constexpr uint32_t kPoolSlots = kStackCaches;
 PoolSlot g_pool[kPoolSlots];
 std::atomic<uint32_t> g_next_slot{0};
 __thread uint32_t t_slot;   // 1 + the pool slot this thread tries first; 0: none yet
@@ -365,6 +367,8 @@ Borrowed borrow() {
         if (may_own) {
             s.owner_walking = true;
             std::atomic_signal_fence(std::memory_order_seq_cst);
+            c->local_next += kLocalWindow;  // its keys and definitions were another ring's
+            c->defined.n = 0;
             t_owned = i + 1;
             return Borrowed{c, i, true};
         }
@@ -381,6 +385,20 @@ void give_back(const Borrowed& b) {
     } else {
         g_pool[b.slot].busy.store(false, std::memory_order_release);
     }
+}
+
+// Whether this walk may hand out `key`: any interned one; a local one
+// only from the cache that made it, owned, and within the window (unwind.h).
+bool usable(const Borrowed& b, uint32_t key) {
+    if (!is_local_key(key)) return true;
+    uint32_t age = (b.cache->local_next - key) & 0xFFFFFF;
+    return b.owned && local_key_cache(key) == b.slot && age - 1 < kLocalWindow - 1;
+}
+
+uint32_t next_local_key(const Borrowed& b) {
+    StackCache* c = b.cache;
+    if ((c->local_next & 0xFFFFFF) == 0xFFFFFF) c->local_next++;
+    return kLocalKey | b.slot << 24 | (c->local_next++ & 0xFFFFFF);
 }
 
 uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x9e3779b97f4a7c15ull; }
@@ -832,12 +850,14 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, cons
         first_rule = &first_frame_rule(c, first.ip);
         uint32_t k = same_stack_key(c, first);
         if (!k) k = segment_key(c, first, *first_rule, from);
-        if (k) {
+        if (k && usable(b, k)) {
             give_back(b);  // the last stack and its key stay as they were
             return k;
         }
     }
-    Walked w = walk(first, ips, max, c, keyer.prepare, c && !c->deep ? kMaxFrames : max, first_rule);
+    // Stacks this walk hands on (keyer.define) are not looked up here.
+    const bool local = b.owned && keyer.define;
+    Walked w = walk(first, ips, max, c, local ? nullptr : keyer.prepare, c && !c->deep ? kMaxFrames : max, first_rule);
     if (c) c->deep = w.cut;
     const void* token = nullptr;
     if (!w.cached) {
@@ -847,20 +867,24 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, cons
     }
     // The same stack as last time (a loop allocating at one place): its key
     // without hashing or comparing ips.
-    if (w.unchanged && c->last_key) {
+    if (w.unchanged && c->last_key && usable(b, c->last_key)) {
         uint32_t k = c->last_key;
         give_back(b);
         return k;
     }
     // The memo goes by the whole stack walked; key() gets the hash of the
     // frames in ips.
-    Memo* m = keyer.recall ? &c->memos[w.hash >> (64 - kMemoBits)] : nullptr;
-    uint32_t k;
+    Memo* m = keyer.recall && !local ? &c->memos[w.hash >> (64 - kMemoBits)] : nullptr;
+    uint32_t k = 0;
     if (m && m->key && m->hash == w.hash && m->count == w.count && keyer.recall(m->token, ips, w.count)) {
         k = m->key;
     } else {
         uint64_t hash = w.clipped ? stack_hash(ips, static_cast<uint32_t>(w.count)) : w.hash;
-        k = keyer.key(ips, w.count, hash, &token);
+        if (local) {
+            uint32_t key = next_local_key(b);
+            if (keyer.define(ips, w.count, hash, key, c->defined)) k = key;
+        }
+        if (!k) k = keyer.key(ips, w.count, hash, &token);
         if (m) *m = Memo{w.hash, token, w.count, k};
     }
     c->last_key = k;
@@ -896,6 +920,11 @@ __attribute__((noinline)) int libunwind_program_stack(uint64_t* ips, int max) {
     return count;
 }
 
+void skip_local_keys(uint32_t walks) {
+    if (!t_owned) return;
+    if (StackCache* c = g_pool[t_owned - 1].cache.load(std::memory_order_relaxed)) c->local_next += walks;
+}
+
 void release_stack_cache() {
     t_released = true;
     if (!t_owned) return;
@@ -906,6 +935,14 @@ void release_stack_cache() {
 }
 
 void reset_stack_caches_after_fork() {
+    // The child's log defines none of the local keys the thread's cache
+    // holds (the parent's ring had their StackDefs).
+    if (t_owned) {
+        if (StackCache* c = g_pool[t_owned - 1].cache.load(std::memory_order_relaxed)) {
+            c->local_next += kLocalWindow;
+            c->defined.n = 0;
+        }
+    }
     // Slots held by threads that do not exist here would stay taken.
     for (uint32_t i = 0; i < kPoolSlots; ++i) {
         if (i + 1 == t_owned) continue;

@@ -30,6 +30,7 @@
 #include "recorder/raw_alloc.h"
 #include "recorder/stack_table.h"
 #include "recorder/thread_buffer.h"
+#include "recorder/unwind.h"
 
 namespace heapsnap::recorder {
 namespace {
@@ -229,6 +230,63 @@ uint32_t intern_deferred(const Slot& s) {
     return stack;
 }
 
+// What the writer keeps per stack cache that handed stacks on (unwind.h,
+// "Local keys"), mapped when the first comes (258 KiB): the stack ids of
+// its local keys, by local_key_index, and the last stack it defined. A
+// key's StackDef comes before any event that names it, in the same ring,
+// so an id is set before it is read; it is overwritten only by a key made
+// kLocalWindow walks later, after the last event that could name the old
+// one. The StackDefs of a cache come in the order the cache made them, so
+// `last` is the stack the next one's shared frames are taken from.
+struct LocalStacks {
+    uint32_t ids[kLocalWindow];
+    DefinedStack last;
+};
+LocalStacks* g_local_stacks[kStackCaches];
+uint32_t g_highest_defined = 0;  // the highest stack id a StackDef has had
+
+// The stack id of a local key; 0 ("no stack") if the writer had no memory
+// for its cache's entries.
+uint32_t local_stack_id(uint32_t key) {
+    const LocalStacks* local = g_local_stacks[local_key_cache(key)];
+    return local ? local->ids[local_key_index(key)] : 0;
+}
+
+// Interns the stack of the StackDef at `at` (the whole def is published:
+// it is one append) and defines it in the log before any event that names
+// it. Returns the slots it spans.
+uint64_t take_stack_def(const ThreadRing& ring, uint64_t at) {
+    const Slot& head = ring.slots[at % kRingSlots];
+    auto n = static_cast<uint32_t>(head.size);
+    auto shared = static_cast<uint32_t>(head.size >> 32);
+    const uint64_t count = stack_def_slots(n - shared);
+    LocalStacks*& local = g_local_stacks[local_key_cache(head.stack)];
+    if (!local) local = static_cast<LocalStacks*>(raw_map(sizeof(LocalStacks)));
+    if (!local) return count;
+    // Its shared frames are known only if the writer kept the stack before
+    // (it had no memory for this cache's entries then): else "no stack",
+    // and so for the definitions that build on this one.
+    if (n > kDefinedRoom || shared > n || shared > local->last.n) {
+        local->last.n = 0;
+        local->ids[local_key_index(head.stack)] = 0;
+        return count;
+    }
+    uint64_t* ips = local->last.ips + kDefinedRoom - n;
+    for (uint64_t i = 1; i < count; ++i) {
+        uint32_t from = static_cast<uint32_t>(i - 1) * kIpsPerDefSlot;
+        uint32_t take = std::min(n - shared - from, kIpsPerDefSlot);
+        memcpy(ips + from, stack_def_ips(ring.slots[(at + i) % kRingSlots]), sizeof(uint64_t) * take);
+    }
+    local->last.n = n;
+    uint32_t id = intern_stack(ips, n, head.addr);
+    if (id > g_highest_defined) {  // new, or interned elsewhere and maybe not yet queued
+        g_highest_defined = id;
+        put_queued_metadata();
+    }
+    local->ids[local_key_index(head.stack)] = id;
+    return count;
+}
+
 // The free of a live block, by the name the log gave it: its info id, or
 // its address if it was written as AllocAt.
 void put_known_free(codec::Writer& w, uint32_t name, uint64_t addr) {
@@ -268,7 +326,11 @@ void encode_free(codec::Writer& w, const Slot& s) {
 
 void encode(const Slot& s) {
     uint32_t stack = s.stack;
-    if (s.kind == SlotKind::Alloc && stack == kDeferredStack) stack = intern_deferred(s);
+    if (s.kind == SlotKind::Alloc && stack == kDeferredStack)
+        stack = intern_deferred(s);
+    else if ((s.kind == SlotKind::Alloc || s.kind == SlotKind::Mmap) && is_local_key(stack))
+        stack = local_stack_id(stack);
+    if (s.kind == SlotKind::Alloc && is_local_key(s.stack) && s.aux) note_stack_verified(stack == s.aux);
     codec::Writer w = reserve(2 * hslog::kMaxEventRecord + 2 + 2 * codec::kMaxVarint);
     if (s.thread != g_enc.stream_thread && s.kind != SlotKind::Marker) {
         hslog::put_thread(w, s.thread);
@@ -285,7 +347,7 @@ void encode(const Slot& s) {
             break;
         case SlotKind::Mmap:
             event_time(w, ticks_to_ns(s.ts));
-            hslog::put_mmap(w, advance_addr(s.addr), s.size, s.fn, s.aux, s.stack);
+            hslog::put_mmap(w, advance_addr(s.addr), s.size, s.fn, s.aux, stack);
             g_enc.events++;
             break;
         case SlotKind::Munmap:
@@ -298,6 +360,8 @@ void encode(const Slot& s) {
             break;
         case SlotKind::ThreadExit:
             hslog::put_thread_exit(w, advance_time(ticks_to_ns(s.ts)), s.thread);
+            break;
+        case SlotKind::StackDef:  // taken apart by the round (take_stack_def)
             break;
         case SlotKind::Marker: {
             commit(w);
@@ -339,9 +403,11 @@ const Slot& at(const Cursor& c) { return c.ring->slots[c.pos % kRingSlots]; }
 // cover a miss at ~30 ns an event.
 constexpr uint64_t kPrefetchAhead = 8;
 
+// `s` may be a StackDef's frames, read as a slot: only a hint either way.
 void prefetch_tables(const Slot& s) {
-    if (s.kind == SlotKind::Alloc || s.kind == SlotKind::Free)
-        alloc_infos_prefetch(s.addr, s.kind == SlotKind::Alloc, static_cast<hslog::AllocFn>(s.fn), s.size, s.stack);
+    if (s.kind != SlotKind::Alloc && s.kind != SlotKind::Free) return;
+    uint32_t stack = is_local_key(s.stack) ? local_stack_id(s.stack) : s.stack;
+    alloc_infos_prefetch(s.addr, s.kind == SlotKind::Alloc, static_cast<hslog::AllocFn>(s.fn), s.size, stack);
 }
 
 // Order of two events with the same stamp: releases first, so that an
@@ -403,9 +469,13 @@ size_t round_locked() {
         do {
             if (c.pos + kPrefetchAhead < c.end) prefetch_tables(c.ring->slots[(c.pos + kPrefetchAhead) % kRingSlots]);
             const Slot& s = at(c);
-            encode(s);
             c.ring->last_ts = s.ts;
-            c.pos++;
+            if (s.kind == SlotKind::StackDef) {
+                c.pos += take_stack_def(*c.ring, c.pos);
+            } else {
+                encode(s);
+                c.pos++;
+            }
             emitted++;
             if ((emitted & 1023) == 0) c.ring->tail.store(c.pos, std::memory_order_release);
         } while (c.pos < c.end && at(c).ts < watermark && !(next && later(c, *next)));
@@ -739,6 +809,28 @@ void writer_wake() {
 void writer_drain_inline() {
     LockGuard guard(g_writer_lock);
     if (g_fd >= 0) round_locked();
+}
+
+void writer_take_published() {
+    const ThreadState& t = thread_state();
+    if (!t.ring || t.retired) return;
+    const ThreadRing& ring = *t.ring;
+    uint64_t head = ring.head.load(std::memory_order_relaxed);
+    // Other threads go on publishing meanwhile: wait for this one's events
+    // only, and not for ever (another thread inside a hook holds the
+    // watermark back only briefly).
+    for (int idle = 0; idle < 1000 && ring.tail.load(std::memory_order_acquire) < head;) {
+        size_t emitted = 0;
+        {
+            LockGuard guard(g_writer_lock);
+            if (g_fd < 0 || g_ended) return;
+            emitted = round_locked();
+        }
+        if (emitted) continue;
+        ++idle;
+        timespec pause{0, 100000};
+        nanosleep(&pause, nullptr);
+    }
 }
 
 namespace {

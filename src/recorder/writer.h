@@ -2,7 +2,9 @@
 //
 // A background thread wakes when a ring is half full (eventfd) or every
 // 50 ms, merges the rings in time order (see thread_buffer.h), prefixes the
-// round with queued metadata, encodes records into a frame buffer and
+// round with queued metadata, interns the stacks threads handed on
+// (StackDef slots, unwind.h "Local keys") and names their events' stacks
+// by the ids, encodes records into a frame buffer and
 // writes each 1 MiB of records as one zstd frame. A frame is also cut
 // whenever 100 ms passed since the last write and something is pending, and
 // right after a marker, so a SIGKILL loses at most the last 100 ms of events
@@ -29,6 +31,9 @@ bool writer_running();
 void writer_close_intervals();
 void writer_wake();
 void writer_drain_inline();
+// Writes everything published so far (dlclose: the StackDefs published
+// before a module goes must be resolved while it is still loaded).
+void writer_take_published();
 // Final rounds, End record, close. Safe to call more than once.
 void writer_stop(hslog::EndReason reason);
 // The last thread of the program that recorded anything is exiting: the

@@ -26,6 +26,10 @@
 #include "recorder/stack_table.h"
 #include "recorder/unwind.h"
 
+using heapsnap::recorder::is_local_key;
+using heapsnap::recorder::kLocalWindow;
+using heapsnap::recorder::local_key_index;
+using heapsnap::recorder::StackKeyer;
 using heapsnap::recorder::unwind_stack;
 using heapsnap::recorder::unwind_stack_key;
 
@@ -102,6 +106,39 @@ bool recall(const void* token, const uint64_t* ips, int n) {
     return g_keyed.at(key_of(token) - 1) == std::vector<uint64_t>(ips + 1, ips + n);
 }
 
+// Local keys (unwind.h): with g_local_keys, the keyer hands walked stacks
+// on (define) as the recorder does, and they are kept as its writer keeps
+// them, by local_key_index, a newer key overwriting an older one.
+bool g_local_keys = false;
+struct Defined {
+    uint32_t key;
+    std::vector<uint64_t> stack;
+};
+std::vector<Defined> g_defined(kLocalWindow);
+long g_define_calls = 0;
+
+// (The recorder's define carries only the frames that differ from `last`;
+// the integration tests check that, with the writer's side.)
+bool define(const uint64_t* ips, int n, uint64_t hash, uint32_t local, heapsnap::recorder::DefinedStack&) {
+    ++g_define_calls;
+    if (hash != heapsnap::recorder::stack_hash(ips, static_cast<uint32_t>(n))) ++g_wrong_hashes;
+    g_defined[local_key_index(local)] = Defined{local, std::vector<uint64_t>(ips + 1, ips + n)};
+    return true;
+}
+
+StackKeyer keyer() {
+    return g_local_keys ? StackKeyer{intern, nullptr, recall, define} : StackKeyer{intern, nullptr, recall};
+}
+
+// Whether `key` names `expected`: the stack keyed so, or defined so if no
+// newer local key took its place since (a key handed out after that is
+// stale, and names nothing).
+bool names(uint32_t key, const std::vector<uint64_t>& expected) {
+    if (!is_local_key(key)) return key != 0 && key <= g_keyed.size() && g_keyed[key - 1] == expected;
+    const Defined& d = g_defined[local_key_index(key)];
+    return d.key == key && d.stack == expected;
+}
+
 Tally g_key_tally;
 // The frames unwind_stack_key is asked for: below a stack's depth, its
 // key is that of the stack's first g_key_max frames.
@@ -116,22 +153,23 @@ std::vector<uint64_t> expected_key_stack(const std::vector<uint64_t>& theirs, si
 
 __attribute__((noinline)) void compare_key() {
     uint64_t ips[kMax];
-    uint32_t key = unwind_stack_key(ips, g_key_max, {intern, nullptr, recall}, nullptr);
+    uint32_t key = unwind_stack_key(ips, g_key_max, keyer(), nullptr);
     std::vector<uint64_t> theirs = libunwind_stack();
     std::vector<uint64_t> expected = expected_key_stack(theirs, 1);
     ++g_key_tally.checks;
-    if (key == 0 || key > g_keyed.size() || g_keyed[key - 1] != expected) ++g_key_tally.mismatches;
+    if (!names(key, expected)) ++g_key_tally.mismatches;
 }
 
 // As a hook calls it: the walk starts with the caller of the frame passed.
-__attribute__((noinline)) void compare_key_from_frame() {
+__attribute__((noinline)) uint32_t compare_key_from_frame() {
     uint64_t ips[kMax];
-    uint32_t key = unwind_stack_key(ips, g_key_max, {intern, nullptr, recall}, __builtin_frame_address(0));
+    uint32_t key = unwind_stack_key(ips, g_key_max, keyer(), __builtin_frame_address(0));
     std::vector<uint64_t> theirs = libunwind_stack();
     // intern leaves out ips[0], here the return address into at_leaf.
     std::vector<uint64_t> expected = expected_key_stack(theirs, 2);
     ++g_key_tally.checks;
-    if (key == 0 || key > g_keyed.size() || g_keyed[key - 1] != expected) ++g_key_tally.mismatches;
+    if (!names(key, expected)) ++g_key_tally.mismatches;
+    return key;
 }
 
 // Two more places to allocate from, taken in turn on the same stack, as an
@@ -380,6 +418,62 @@ TEST_CASE("unwind_stack_key returns the key of exactly the stack unwound, callin
     // often than once per stack, but at least once per distinct stack.
     CHECK(g_key_calls >= static_cast<long>(g_keyed.size()));
     CHECK(g_key_calls < g_key_tally.checks);
+}
+
+TEST_CASE("unwind_stack_key with local keys: every stack walked handed on, and named exactly") {
+    g_leaf = Leaf::CompareKeys;
+    g_local_keys = true;
+    g_key_tally = {};
+    g_key_calls = 0;
+    g_define_calls = 0;
+    g_wrong_hashes = 0;
+    random_stacks(2000);
+    g_local_keys = false;
+    g_leaf = Leaf::Compare;
+    CHECK(g_key_tally.checks > 5000);
+    CHECK(g_key_tally.mismatches == 0);
+    CHECK(g_wrong_hashes == 0);
+    // This thread owns its cache: what it walks is handed on (keyed on the
+    // spot only where libunwind took over, past a frame without rules),
+    // and the last stack and segments hand keys out again without a walk.
+    CHECK(g_define_calls > g_key_calls);
+    CHECK(g_define_calls + g_key_calls < g_key_tally.checks);
+}
+
+namespace {
+
+__attribute__((noinline)) uint32_t local_key_here() {
+    uint32_t key = compare_key_from_frame();
+    g_sink = 3;
+    return key;
+}
+
+volatile int g_four = 4;  // a loop the compiler cannot unroll: one call site
+
+}  // namespace
+
+TEST_CASE("unwind_stack_key hands a local key out again only within its window") {
+    g_local_keys = true;
+    g_key_tally = {};
+    g_define_calls = 0;
+    // One place, four times: the last stack again each time, its key aged
+    // by as many walks as the window allows, then by one more.
+    uint32_t keys[4];
+    long defines[4];
+    for (int i = 0; i < g_four; ++i) {
+        if (i == 2) heapsnap::recorder::skip_local_keys(kLocalWindow - 2);
+        if (i == 3) heapsnap::recorder::skip_local_keys(1);
+        keys[i] = local_key_here();
+        defines[i] = g_define_calls;
+    }
+    g_local_keys = false;
+    CHECK(is_local_key(keys[0]));
+    CHECK(keys[1] == keys[0]);
+    CHECK(keys[2] == keys[0]);  // kLocalWindow - 1 walks back: the oldest kept
+    CHECK(defines[2] == defines[0]);
+    CHECK(keys[3] != keys[0]);  // one walk more: walked and handed on again
+    CHECK(defines[3] == defines[0] + 1);
+    CHECK(g_key_tally.mismatches == 0);
 }
 
 namespace {
