@@ -295,6 +295,38 @@ int holds_down_to(const StackCache* c, int top, int lo) {
     return top > lo ? lo : top;
 }
 
+// A local key of cache `slot` (its pool slot) that cache may still hand
+// out: made within the window (unwind.h).
+bool local_key_fresh(const StackCache* c, uint32_t slot, uint32_t key) {
+    uint32_t age = (c->local_next - key) & 0xFFFFFF;
+    return local_key_cache(key) == slot && age - 1 < kLocalWindow - 1;
+}
+
+// Forgets the local keys the cache cannot hand out any more, so that none
+// outlives the window by so far that its 24-bit count comes round again
+// (a segment of a place rarely met can stay for millions of walks): once
+// every kLocalWindow walks, at a change of owner and after a fork.
+void drop_stale_local_keys(StackCache* c, uint32_t slot) {
+    auto stale = [&](uint32_t key) { return is_local_key(key) && !local_key_fresh(c, slot, key); };
+    if (stale(c->last_key)) c->last_key = 0;
+    for (SegmentBucket& bucket : c->segments) {
+        for (unsigned way = 0; way < kSegmentWays; ++way) {
+            if (!stale(bucket.ways[way].key)) continue;
+            bucket.ways[way].key = 0;
+            bucket.tags[way] = 0;
+        }
+    }
+}
+
+// A cache's keys and definitions were another ring's (a new owner, a fork
+// child): none of them is handed out again, and the next stack handed on
+// is carried whole.
+void forget_local_keys(StackCache* c, uint32_t slot) {
+    c->local_next += kLocalWindow;
+    c->defined.n = 0;
+    drop_stale_local_keys(c, slot);
+}
+
 // A slot is either shared, borrowed for one walk with an atomic exchange
 // of `busy`, or owned by one thread, which keeps `busy` set for as long as
 // it lives and borrows with plain stores to `owner_walking`: a locked
@@ -367,8 +399,7 @@ Borrowed borrow() {
         if (may_own) {
             s.owner_walking = true;
             std::atomic_signal_fence(std::memory_order_seq_cst);
-            c->local_next += kLocalWindow;  // its keys and definitions were another ring's
-            c->defined.n = 0;
+            forget_local_keys(c, i);
             t_owned = i + 1;
             return Borrowed{c, i, true};
         }
@@ -388,17 +419,17 @@ void give_back(const Borrowed& b) {
 }
 
 // Whether this walk may hand out `key`: any interned one; a local one
-// only from the cache that made it, owned, and within the window (unwind.h).
+// only from the cache that made it, owned, and fresh.
 bool usable(const Borrowed& b, uint32_t key) {
-    if (!is_local_key(key)) return true;
-    uint32_t age = (b.cache->local_next - key) & 0xFFFFFF;
-    return b.owned && local_key_cache(key) == b.slot && age - 1 < kLocalWindow - 1;
+    return !is_local_key(key) || (b.owned && local_key_fresh(b.cache, b.slot, key));
 }
 
 uint32_t next_local_key(const Borrowed& b) {
     StackCache* c = b.cache;
     if ((c->local_next & 0xFFFFFF) == 0xFFFFFF) c->local_next++;
-    return kLocalKey | b.slot << 24 | (c->local_next++ & 0xFFFFFF);
+    uint32_t key = kLocalKey | b.slot << 24 | (c->local_next++ & 0xFFFFFF);
+    if ((c->local_next & (kLocalWindow - 1)) == 0) drop_stale_local_keys(c, b.slot);
+    return key;
 }
 
 uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x9e3779b97f4a7c15ull; }
@@ -922,7 +953,14 @@ __attribute__((noinline)) int libunwind_program_stack(uint64_t* ips, int max) {
 
 void skip_local_keys(uint32_t walks) {
     if (!t_owned) return;
-    if (StackCache* c = g_pool[t_owned - 1].cache.load(std::memory_order_relaxed)) c->local_next += walks;
+    StackCache* c = g_pool[t_owned - 1].cache.load(std::memory_order_relaxed);
+    if (!c) return;
+    while (walks) {  // as next_local_key goes: a drop at every multiple of the window
+        uint32_t step = std::min(walks, kLocalWindow - (c->local_next & (kLocalWindow - 1)));
+        c->local_next += step;
+        walks -= step;
+        if ((c->local_next & (kLocalWindow - 1)) == 0) drop_stale_local_keys(c, t_owned - 1);
+    }
 }
 
 void release_stack_cache() {
@@ -937,12 +975,8 @@ void release_stack_cache() {
 void reset_stack_caches_after_fork() {
     // The child's log defines none of the local keys the thread's cache
     // holds (the parent's ring had their StackDefs).
-    if (t_owned) {
-        if (StackCache* c = g_pool[t_owned - 1].cache.load(std::memory_order_relaxed)) {
-            c->local_next += kLocalWindow;
-            c->defined.n = 0;
-        }
-    }
+    if (t_owned)
+        if (StackCache* c = g_pool[t_owned - 1].cache.load(std::memory_order_relaxed)) forget_local_keys(c, t_owned - 1);
     // Slots held by threads that do not exist here would stay taken.
     for (uint32_t i = 0; i < kPoolSlots; ++i) {
         if (i + 1 == t_owned) continue;

@@ -146,8 +146,10 @@ struct StackKeyer {
 // recorder's kDeferredStack). Only the cache's owner hands one out, so
 // every event naming it comes after its definition in the same ring; and
 // only kLocalWindow - 1 walks back, so the writer keeps kLocalWindow of
-// them a cache (local_key_index). A cache that changes owner, or crosses
-// a fork, moves its counter on by the window: keys it held are stale.
+// them a cache (local_key_index). Every kLocalWindow walks the cache
+// drops the keys older than that, so none lives until the counter comes
+// round again. A cache that changes owner, or crosses a fork, moves its
+// counter on by the window and drops every local key it held.
 inline constexpr uint32_t kLocalKey = 1u << 31;
 inline constexpr uint32_t kLocalWindow = 1u << 16;
 inline constexpr uint32_t kStackCaches = 128;
@@ -186,8 +188,8 @@ int walk_frame_pointers(uint64_t* ips, int max, uint64_t top);
 int libunwind_program_stack(uint64_t* ips, int max);
 
 // Ages the local keys of the stack cache the calling thread owns as
-// `walks` more walks would (for tests: the window's edge without 65 536
-// walks).
+// `walks` more walks would, dropping those they would drop (for tests: the
+// window's edge without 65 536 walks, the counter's wrap without 2^24).
 void skip_local_keys(uint32_t walks);
 
 // The calling thread's exit hook: the stack cache it owns becomes free.

@@ -476,6 +476,25 @@ TEST_CASE("unwind_stack_key hands a local key out again only within its window")
     CHECK(g_key_tally.mismatches == 0);
 }
 
+TEST_CASE("unwind_stack_key never hands out a local key its 24-bit count has come round to") {
+    g_local_keys = true;
+    g_key_tally = {};
+    g_define_calls = 0;
+    // 2^24 walks after a key, the count reads as the key's own again: the
+    // key must have been dropped on the way, not taken for a fresh one.
+    uint32_t keys[2];
+    long defines[2];
+    for (int i = 0; i < g_four - 2; ++i) {
+        if (i == 1) heapsnap::recorder::skip_local_keys(1u << 24);
+        keys[i] = local_key_here();
+        defines[i] = g_define_calls;
+    }
+    g_local_keys = false;
+    CHECK(is_local_key(keys[0]));
+    CHECK(defines[1] == defines[0] + 1);
+    CHECK(g_key_tally.mismatches == 0);
+}
+
 namespace {
 
 // Keys with g_key_max = max on the stacks `run` makes (with Leaf::CompareKeys),
