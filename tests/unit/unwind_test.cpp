@@ -450,49 +450,50 @@ __attribute__((noinline)) uint32_t local_key_here() {
 
 volatile int g_four = 4;  // a loop the compiler cannot unroll: one call site
 
+// One place, four times, with local keys: before the i-th time, the key
+// is aged by skips[i] walks (skip_local_keys). Each time's key and the
+// count of stacks handed on after it.
+struct FourTimes {
+    uint32_t keys[4];
+    long defines[4];
+};
+
+FourTimes local_keys_four_times(const uint32_t (&skips)[4]) {
+    g_local_keys = true;
+    g_key_tally = {};
+    g_define_calls = 0;
+    FourTimes four{};
+    for (int i = 0; i < g_four; ++i) {
+        heapsnap::recorder::skip_local_keys(skips[i]);
+        four.keys[i] = local_key_here();
+        four.defines[i] = g_define_calls;
+    }
+    g_local_keys = false;
+    CHECK(g_key_tally.mismatches == 0);
+    return four;
+}
+
 }  // namespace
 
 TEST_CASE("unwind_stack_key hands a local key out again only within its window") {
-    g_local_keys = true;
-    g_key_tally = {};
-    g_define_calls = 0;
-    // One place, four times: the last stack again each time, its key aged
-    // by as many walks as the window allows, then by one more.
-    uint32_t keys[4];
-    long defines[4];
-    for (int i = 0; i < g_four; ++i) {
-        if (i == 2) heapsnap::recorder::skip_local_keys(kLocalWindow - 2);
-        if (i == 3) heapsnap::recorder::skip_local_keys(1);
-        keys[i] = local_key_here();
-        defines[i] = g_define_calls;
-    }
-    g_local_keys = false;
-    CHECK(is_local_key(keys[0]));
-    CHECK(keys[1] == keys[0]);
-    CHECK(keys[2] == keys[0]);  // kLocalWindow - 1 walks back: the oldest kept
-    CHECK(defines[2] == defines[0]);
-    CHECK(keys[3] != keys[0]);  // one walk more: walked and handed on again
-    CHECK(defines[3] == defines[0] + 1);
-    CHECK(g_key_tally.mismatches == 0);
+    // The last stack again each time, its key aged by as many walks as the
+    // window allows, then by one more.
+    FourTimes four = local_keys_four_times({0, 0, kLocalWindow - 2, 1});
+    CHECK(is_local_key(four.keys[0]));
+    CHECK(four.keys[1] == four.keys[0]);
+    CHECK(four.keys[2] == four.keys[0]);  // kLocalWindow - 1 walks back: the oldest kept
+    CHECK(four.defines[2] == four.defines[0]);
+    CHECK(four.keys[3] != four.keys[0]);  // one walk more: walked and handed on again
+    CHECK(four.defines[3] == four.defines[0] + 1);
 }
 
 TEST_CASE("unwind_stack_key never hands out a local key its 24-bit count has come round to") {
-    g_local_keys = true;
-    g_key_tally = {};
-    g_define_calls = 0;
     // 2^24 walks after a key, the count reads as the key's own again: the
     // key must have been dropped on the way, not taken for a fresh one.
-    uint32_t keys[2];
-    long defines[2];
-    for (int i = 0; i < g_four - 2; ++i) {
-        if (i == 1) heapsnap::recorder::skip_local_keys(1u << 24);
-        keys[i] = local_key_here();
-        defines[i] = g_define_calls;
-    }
-    g_local_keys = false;
-    CHECK(is_local_key(keys[0]));
-    CHECK(defines[1] == defines[0] + 1);
-    CHECK(g_key_tally.mismatches == 0);
+    FourTimes four = local_keys_four_times({0, 1u << 24, 0, 0});
+    CHECK(is_local_key(four.keys[0]));
+    CHECK(four.defines[1] == four.defines[0] + 1);
+    CHECK(four.keys[2] == four.keys[1]);
 }
 
 namespace {
