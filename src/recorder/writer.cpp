@@ -245,6 +245,29 @@ struct LocalStacks {
 LocalStacks* g_local_stacks[kStackCaches];
 uint32_t g_highest_defined = 0;  // the highest stack id a StackDef has had
 
+// The stacks StackDefs named lately, by hash: a stack met again is checked
+// against its record (stack_id_of) instead of looked up in the stack
+// table, whose slots and records are far larger than the caches (the
+// program's threads kept such a memo when they interned). On this 2-vCPU
+// VM the writer's cycles are not free: a busy loop on the other vCPU slows
+// a compile by a quarter.
+struct RecentStack {
+    uint64_t hash;
+    const void* record;
+};
+constexpr unsigned kRecentBits = 12;
+RecentStack g_recent[1u << kRecentBits];
+
+uint32_t intern_defined(const uint64_t* ips, uint32_t n, uint64_t hash) {
+    RecentStack& recent = g_recent[hash >> (64 - kRecentBits)];
+    if (recent.record && recent.hash == hash)
+        if (uint32_t id = stack_id_of(recent.record, ips, n)) return id;
+    const void* record = nullptr;
+    uint32_t id = intern_stack(ips, n, hash, &record);
+    if (record) recent = RecentStack{hash, record};
+    return id;
+}
+
 // The stack id of a local key; 0 ("no stack") if the writer had no memory
 // for its cache's entries.
 uint32_t local_stack_id(uint32_t key) {
@@ -254,8 +277,8 @@ uint32_t local_stack_id(uint32_t key) {
 
 // Interns the stack of the StackDef at `at` (the whole def is published:
 // it is one append) and defines it in the log before any event that names
-// it. Returns the slots it spans.
-uint64_t take_stack_def(const ThreadRing& ring, uint64_t at) {
+// it. Returns the slots it spans. `end`: the ring's published end.
+uint64_t take_stack_def(const ThreadRing& ring, uint64_t at, uint64_t end) {
     const Slot& head = ring.slots[at % kRingSlots];
     auto n = static_cast<uint32_t>(head.size);
     auto shared = static_cast<uint32_t>(head.size >> 32);
@@ -278,12 +301,19 @@ uint64_t take_stack_def(const ThreadRing& ring, uint64_t at) {
         memcpy(ips + from, stack_def_ips(ring.slots[(at + i) % kRingSlots]), sizeof(uint64_t) * take);
     }
     local->last.n = n;
-    uint32_t id = intern_stack(ips, n, head.addr);
+    uint32_t id = intern_defined(ips, n, head.addr);
     if (id > g_highest_defined) {  // new, or interned elsewhere and maybe not yet queued
         g_highest_defined = id;
         put_queued_metadata();
     }
     local->ids[local_key_index(head.stack)] = id;
+    // The allocation that made the walk mostly comes next: its info's line,
+    // which the round's prefetch could not find before the id was known.
+    if (at + count < end) {
+        const Slot& next = ring.slots[(at + count) % kRingSlots];
+        if (next.kind == SlotKind::Alloc && next.stack == head.stack)
+            alloc_infos_prefetch(next.addr, true, static_cast<hslog::AllocFn>(next.fn), next.size, id);
+    }
     return count;
 }
 
@@ -471,7 +501,7 @@ size_t round_locked() {
             const Slot& s = at(c);
             c.ring->last_ts = s.ts;
             if (s.kind == SlotKind::StackDef) {
-                c.pos += take_stack_def(*c.ring, c.pos);
+                c.pos += take_stack_def(*c.ring, c.pos, c.end);
             } else {
                 encode(s);
                 c.pos++;
