@@ -318,6 +318,17 @@ void drop_stale_local_keys(StackCache* c, uint32_t slot) {
     }
 }
 
+// Moves the cache's key counter on by `walks`, dropping the stale keys at
+// every multiple of the window it reaches.
+void advance_local_keys(StackCache* c, uint32_t slot, uint32_t walks) {
+    while (walks) {
+        uint32_t step = std::min(walks, kLocalWindow - (c->local_next & (kLocalWindow - 1)));
+        c->local_next += step;
+        walks -= step;
+        if ((c->local_next & (kLocalWindow - 1)) == 0) drop_stale_local_keys(c, slot);
+    }
+}
+
 // A cache's keys and definitions were another ring's (a new owner, a fork
 // child): none of them is handed out again, and the next stack handed on
 // is carried whole.
@@ -426,9 +437,9 @@ bool usable(const Borrowed& b, uint32_t key) {
 
 uint32_t next_local_key(const Borrowed& b) {
     StackCache* c = b.cache;
-    if ((c->local_next & 0xFFFFFF) == 0xFFFFFF) c->local_next++;
-    uint32_t key = kLocalKey | b.slot << 24 | (c->local_next++ & 0xFFFFFF);
-    if ((c->local_next & (kLocalWindow - 1)) == 0) drop_stale_local_keys(c, b.slot);
+    if ((c->local_next & 0xFFFFFF) == 0xFFFFFF) advance_local_keys(c, b.slot, 1);
+    uint32_t key = kLocalKey | b.slot << 24 | (c->local_next & 0xFFFFFF);
+    advance_local_keys(c, b.slot, 1);
     return key;
 }
 
@@ -634,7 +645,9 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
         fresh[i].hash = hash;
     }
     if (prepare && !clipped) prepare(hash);
-    __builtin_prefetch(&c->memos[hash >> (64 - kMemoBits)]);  // read once the cache is up to date
+    // The memo's line, read once the cache is up to date; not where the
+    // stack is handed on (no prepare then), which reads no memo.
+    if (prepare) __builtin_prefetch(&c->memos[hash >> (64 - kMemoBits)]);
     bool same = true;
     for (int i = 0; i < nf; ++i) {
         int at = kept + 1 + i;
@@ -953,14 +966,8 @@ __attribute__((noinline)) int libunwind_program_stack(uint64_t* ips, int max) {
 
 void skip_local_keys(uint32_t walks) {
     if (!t_owned) return;
-    StackCache* c = g_pool[t_owned - 1].cache.load(std::memory_order_relaxed);
-    if (!c) return;
-    while (walks) {  // as next_local_key goes: a drop at every multiple of the window
-        uint32_t step = std::min(walks, kLocalWindow - (c->local_next & (kLocalWindow - 1)));
-        c->local_next += step;
-        walks -= step;
-        if ((c->local_next & (kLocalWindow - 1)) == 0) drop_stale_local_keys(c, t_owned - 1);
-    }
+    if (StackCache* c = g_pool[t_owned - 1].cache.load(std::memory_order_relaxed))
+        advance_local_keys(c, t_owned - 1, walks);
 }
 
 void release_stack_cache() {
