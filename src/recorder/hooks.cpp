@@ -342,9 +342,9 @@ void record_munmap(const void* p, size_t length) {
 // ---- threads --------------------------------------------------------------
 
 struct StartArgs {
-    void* (*routine)(void*);
-    void* arg;
-    std::atomic<bool> used;
+    void* (*routine)(void*) = nullptr;
+    void* arg = nullptr;
+    std::atomic<bool> used{false};
 };
 
 // The start arguments travel in a pool of the recorder's own memory: a
@@ -352,7 +352,9 @@ struct StartArgs {
 // and pick a malloc arena for a thread that might never allocate,
 // changing the program's address space.
 constexpr size_t kStartArgsPool = 1024;
-StartArgs g_start_args[kStartArgsPool];
+// constinit: a thread started from a library's constructor, before the
+// recorder's own, keeps its slot (unwind.cpp, PoolSlot).
+constinit StartArgs g_start_args[kStartArgsPool];
 std::atomic<size_t> g_start_args_next{0};
 
 StartArgs* take_start_args() {

@@ -345,14 +345,23 @@ void forget_local_keys(StackCache* c, uint32_t slot) {
 // slot just written, often a cache miss) and cost about 5% of python3's
 // time. Only the owner and its signal handlers touch owner_walking; a
 // handler that finds it set borrows a shared slot instead.
+//
+// The pool is constinit: hooks run before the recorder's own initializers
+// (a library initialized earlier, libstdc++ itself, allocates), so a
+// dynamic initializer would reset a slot already owned. One did while
+// owner_walking had no initializer: it set cache back to null under the
+// thread that owned slot 0, which then walked without its cache, left
+// owner_walking set and borrowed slot 0 as a shared one for the rest of
+// the run, interning every stack in its own thread (clang++, whose
+// libLLVM and libstdc++ allocate from their constructors, ran that way).
 struct alignas(64) PoolSlot {
-    std::atomic<bool> busy;
-    bool owner_walking;
-    std::atomic<StackCache*> cache;
+    std::atomic<bool> busy{false};
+    bool owner_walking = false;
+    std::atomic<StackCache*> cache{nullptr};
 };
 
 constexpr uint32_t kPoolSlots = kStackCaches;
-PoolSlot g_pool[kPoolSlots];
+constinit PoolSlot g_pool[kPoolSlots];
 std::atomic<uint32_t> g_next_slot{0};
 __thread uint32_t t_slot;   // 1 + the pool slot this thread tries first; 0: none yet
 __thread uint32_t t_owned;  // 1 + the pool slot this thread owns; 0: none
