@@ -185,8 +185,16 @@ uint64_t stack_top() {
 // innermost `depth` frames.
 uint32_t kept_frames(int n) { return std::min(static_cast<uint32_t>(n), config().depth); }
 
+// Stacks interned by the writer and by the unwinder in the program's
+// threads (lifecycle.h, report_stack_interning). --unwind fp interns every
+// stack in its thread and is not counted: a shared counter bumped by every
+// thread's every allocation would bounce its line between cores.
+std::atomic<uint64_t> g_writer_interned{0};
+std::atomic<uint64_t> g_thread_interned{0};
+
 // A deeper stack's hash is taken again over the frames it keeps.
 uint32_t intern_program_frames(uint64_t* ips, int n, uint64_t hash, const void** record) {
+    g_thread_interned.fetch_add(1, std::memory_order_relaxed);
     uint32_t kept = kept_frames(n);
     return intern_stack(ips, kept, kept == static_cast<uint32_t>(n) ? hash : stack_hash(ips, kept), record);
 }
@@ -395,6 +403,15 @@ void* thread_trampoline(void* p) {
 void note_stack_verified(bool same) {
     g_verified_stacks.fetch_add(1, std::memory_order_relaxed);
     if (!same) g_differing_stacks.fetch_add(1, std::memory_order_relaxed);
+}
+
+void note_writer_interned() { g_writer_interned.fetch_add(1, std::memory_order_relaxed); }
+
+void report_stack_interning() {
+    char writer[24], threads[24];
+    format_uint(g_writer_interned.load(std::memory_order_relaxed), writer);
+    format_uint(g_thread_interned.load(std::memory_order_relaxed), threads);
+    diagnostic("stacks interned: ", writer, " by the writer, ", threads, " in the program's threads");
 }
 
 void report_stack_verification() {

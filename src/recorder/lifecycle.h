@@ -52,6 +52,18 @@ void note_stack_verified(bool same);
 // against libunwind's, and how many differed.
 void report_stack_verification();
 
+// Where the stacks of this process were interned: note_writer_interned
+// counts those the writer took from StackDefs (unwind.h, "Local keys") and
+// deferred one-frame stacks; the hooks count those interned in a
+// program's thread by the unwinder. HEAPSNAP_VERBOSE prints both at exit
+// (report_stack_interning; not with --unwind fp, which interns every stack
+// in its thread): a thread that owns its stack cache hands
+// every stack on after its first event, so a count in the threads much
+// above the number of threads says a cache was lost (as in the pool's
+// run-time initializer, unwind.cpp, PoolSlot).
+void note_writer_interned();
+void report_stack_interning();
+
 // Prints one diagnostic line on stderr, prefixed "heapsnap: ": the parts
 // one after the other.
 void diagnostic(const char* a, const char* b = "", const char* c = "", const char* d = "", const char* e = "");

@@ -278,4 +278,5 @@ __attribute__((destructor)) static void heapsnap_finish() {
     writer_stop(heapsnap::hslog::EndReason::Exit);
     g_state.store(ShutDown);
     if (config().verify_stacks) report_stack_verification();
+    if (config().verbose && config().unwind != heapsnap::hslog::UnwindMode::FramePointer) report_stack_interning();
 }

@@ -225,6 +225,7 @@ void put_queued_metadata() {
 // log before the event that uses it.
 uint32_t intern_deferred(const Slot& s) {
     uint64_t caller = deferred_caller(s);
+    note_writer_interned();
     uint32_t stack = intern_stack(&caller, 1, stack_hash(&caller, 1));
     put_queued_metadata();
     return stack;
@@ -301,6 +302,7 @@ uint64_t take_stack_def(const ThreadRing& ring, uint64_t at, uint64_t end) {
         memcpy(ips + from, stack_def_ips(ring.slots[(at + i) % kRingSlots]), sizeof(uint64_t) * take);
     }
     local->last.n = n;
+    note_writer_interned();
     uint32_t id = intern_defined(ips, n, head.addr);
     if (id > g_highest_defined) {  // new, or interned elsewhere and maybe not yet queued
         g_highest_defined = id;

@@ -171,6 +171,20 @@ class RunTest(HeapsnapTest):
             if kind == "stack":
                 self.assertLessEqual(len(f["frames"].split(",")), 2, f)
 
+    def test_stacks_handed_to_the_writer(self):
+        # growth_cpp links libstdc++ dynamically, whose initializer
+        # allocates before the recorder's constructor runs. Its main thread
+        # interns its first stack itself (no ring yet) and hands the other
+        # three (new[], new, the vector's growth) to the writer. While the
+        # stack-cache pool had a run-time initializer, the constructor
+        # reset the cache that thread owned and it interned all four itself
+        # ("0 by the writer, 4 in the program's threads").
+        env = {"LD_PRELOAD": PRELOAD, "HEAPSNAP_OUTPUT": self.path("cpp.%p.hslog"), "HEAPSNAP_VERBOSE": "1"}
+        result = self.run_cmd([program("growth_cpp")], expect=0, env=env)
+        lines = [l for l in result.stderr.splitlines() if l.startswith("heapsnap: stacks interned: ")]
+        self.assertEqual(lines, ["heapsnap: stacks interned: 3 by the writer, 1 in the program's threads"],
+                         result.stderr)
+
     def test_depth_option(self):
         log = self.single_log("alloc_pattern", options=("--depth", "1"))
         records = self.dump(log)
