@@ -405,7 +405,11 @@ void note_stack_verified(bool same) {
     if (!same) g_differing_stacks.fetch_add(1, std::memory_order_relaxed);
 }
 
-void note_writer_interned() { g_writer_interned.fetch_add(1, std::memory_order_relaxed); }
+// Only under the writer lock (the writer thread, or a drain in its
+// place): a plain increment, no locked instruction per StackDef.
+void note_writer_interned() {
+    g_writer_interned.store(g_writer_interned.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
 
 void report_stack_interning() {
     char writer[24], threads[24];
