@@ -15,9 +15,11 @@
 // (AllocAt, FreeAt) and get no info id; this table remembers only that they
 // are live, so their free is written by address.
 //
-// Memory: two open-addressing tables, each at most half full: address ->
-// info (16 bytes an entry, so 32-64 bytes per live block with doubling)
-// and triple -> info (16 bytes an entry, per distinct triple: like the
+// Memory: open-addressing tables, each at most half full: address ->
+// info (8 bytes an entry, so 16-32 bytes per live block with doubling;
+// a block that is not 16-byte aligned, lies above 2^47, or has an info id
+// past two million takes 16 bytes in a side table instead) and triple ->
+// info (16 bytes an entry, per distinct triple: like the
 // stack table, bounded by the program's call sites and sizes, not by its
 // events). All from raw_map, so markers count it in the recorder's own
 // row; nothing here calls malloc. In a fork child the parent's tables are
