@@ -34,7 +34,8 @@
 //     allocates from again (a dict, a string, a list in turn) costs only
 //     its link checks: no step, no rewrite, no memo. It holds while the
 //     last stack's frames it joined have not been rewritten (or hold the
-//     same return addresses again).
+//     same return addresses again; of a deep join, the 32 innermost of
+//     them, and those below have not been rewritten).
 //     A segment frame's rbp is compared only where the walk depends on it
 //     (its rule reads through rbp, or hands rbp on to a frame that does):
 //     code that keeps data in rbp, as python3's does, calls the same place

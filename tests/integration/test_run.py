@@ -185,6 +185,24 @@ class RunTest(HeapsnapTest):
         self.assertEqual(lines, ["heapsnap: stacks interned: 3 by the writer, 1 in the program's threads"],
                          result.stderr)
 
+    def test_deep_segments_spare_walks(self):
+        # deep_paths allocates at the bottom of a 40-frame recursion through
+        # two paths in turn, and through a detour that rewrites the frames
+        # 5 levels above the bottom (tests/programs/deep_paths.c). Its
+        # second allocation of a round joins the last stack deeper than 32
+        # frames: from round 2 on, its segment holds and it needs no walk,
+        # so 100 rounds walk 200 times (the thread's first stack in the
+        # thread, before its ring). Without segments that deep: 299 and 1.
+        # Every stack is also checked against libunwind's.
+        env = {"LD_PRELOAD": PRELOAD, "HEAPSNAP_OUTPUT": self.path("deep.%p.hslog"), "HEAPSNAP_VERBOSE": "1",
+               "HEAPSNAP_VERIFY_STACKS": "1"}
+        result = self.run_cmd([program("deep_paths"), "100"], expect=0, env=env)
+        lines = [l for l in result.stderr.splitlines() if l.startswith(("heapsnap: stacks interned: ",
+                                                                        "heapsnap: verify-stacks: "))]
+        self.assertEqual(lines, ["heapsnap: verify-stacks: 300 stacks checked, 0 differ from libunwind",
+                                 "heapsnap: stacks interned: 200 by the writer, 1 in the program's threads"],
+                         result.stderr)
+
     def test_depth_option(self):
         log = self.single_log("alloc_pattern", options=("--depth", "1"))
         records = self.dump(log)
