@@ -400,11 +400,38 @@ const uint8_t* find_fde(const uint8_t* hdr, uint64_t pc) {
     return hdr + entry(lo).fde;
 }
 
+// The rule of a return address (pc + 1) in a loaded object's code that no
+// FDE covers. libunwind's unw_step, where dwarf_step finds no unwind info,
+// takes the code at the return address for a signal trampoline (mov
+// $15, %rax; syscall) or a PLT entry (jmp *x(%rip); push; jmp), and
+// otherwise ends the stack there if the frame's rbp is 0 (the frame itself
+// is reported): the x86-64 ABI's mark of the outermost frame. glibc's
+// _dl_start_user, the caller of every shared library's constructors, is
+// such code. Anything else it guesses by the frame-pointer chain, which
+// is libunwind's to do: Unsupported. So NoInfo, for the walk: the stack
+// ends here if the frame's rbp is 0, and goes to libunwind if not.
+// The code is read here, once per address: the 16 bytes after the return
+// address, if they lie on its page (a page of the object's code, mapped;
+// the next one may be a hole of it).
+FrameRule no_info_rule(uint64_t pc) {
+    uint64_t ip = pc + 1;
+    if ((ip & 4095) > 4096 - 16) return kUnsupported;
+    uint64_t w0, w1;
+    memcpy(&w0, reinterpret_cast<const void*>(ip), 8);
+    memcpy(&w1, reinterpret_cast<const void*>(ip + 8), 8);
+    bool sigreturn = w0 == 0x0f0000000fc0c748ull && (w1 & 0xff) == 0x05;
+    bool plt = (w0 & 0xffff) == 0x25ff && ((w0 >> 48) & 0xff) == 0x68 && ((w1 >> 24) & 0xff) == 0xe9;
+    if (sigreturn || plt) return kUnsupported;
+    FrameRule rule = kUnsupported;
+    rule.kind = FrameRule::NoInfo;
+    return rule;
+}
+
 FrameRule read_rule(uint64_t pc) {
     dl_find_object found;
     if (_dl_find_object(reinterpret_cast<void*>(pc), &found) != 0 || !found.dlfo_eh_frame) return kUnsupported;
     const uint8_t* fde = find_fde(static_cast<const uint8_t*>(found.dlfo_eh_frame), pc);
-    if (!fde) return kUnsupported;
+    if (!fde) return no_info_rule(pc);
     Reader r{fde, fde + 16};
     const uint8_t* end = nullptr;
     if (!read_length(r, &end)) return kUnsupported;
@@ -416,7 +443,8 @@ FrameRule read_rule(uint64_t pc) {
     uint64_t pc_begin = r.pointer(cie.fde_encoding);
     uint64_t pc_range = r.pointer(cie.fde_encoding & 0x0f);
     if (cie.has_z) r.pos += r.uleb();
-    if (r.bad || r.pos > r.end || pc < pc_begin || pc - pc_begin >= pc_range) return kUnsupported;
+    if (r.bad || r.pos > r.end) return kUnsupported;
+    if (pc < pc_begin || pc - pc_begin >= pc_range) return no_info_rule(pc);
     if (cie.signal_frame) return kUnsupported;  // see frame_rules.h
     Row initial;
     initial.ra.how = RegRule::Same;  // until the CIE says where it is

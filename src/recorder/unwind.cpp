@@ -68,9 +68,15 @@ bool uses_bp(const FrameRule& r) {
 // caller that needs it (`caller_needs`; true where the caller is unknown).
 bool bp_matters(const FrameRule& r, bool caller_needs) {
     if (r.kind == FrameRule::Outermost) return false;
+    // NoInfo (the stack ends there because its rbp is 0), Unsupported: always.
     if (r.kind != FrameRule::Step) return true;
     return uses_bp(r) || (r.rbp_base == FrameRule::Same && caller_needs);
 }
+
+// A frame with this rule is the stack's last. A NoInfo frame is walked
+// only with an rbp of 0 (walk) and its rbp is compared wherever it is met
+// again (bp_matters), so one in the cache is the stack's end as well.
+bool ends_stack(const FrameRule& r) { return r.kind == FrameRule::Outermost || r.kind == FrameRule::NoInfo; }
 
 // ---- the per-thread stack cache -------------------------------------------------
 
@@ -587,7 +593,7 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
                     if (!last[i].own) ips[n++] = last[i].frame.ip;
             }
             walked += j - t + 1;
-            if (t == 0 && last[0].rule.kind == FrameRule::Outermost) {
+            if (t == 0 && ends_stack(last[0].rule)) {
                 kept = j;
                 cut = false;
                 break;
@@ -616,7 +622,7 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
             continue;
         }
         const FrameRule& rule = first_rule && f.ip == first_ip ? *first_rule : rule_for(c, f.ip - 1);
-        if (rule.kind == FrameRule::Unsupported) {
+        if (rule.kind == FrameRule::Unsupported || (rule.kind == FrameRule::NoInfo && f.bp != 0)) {
             if (walked >= max) break;  // past what ips holds: the cache keeps the stack cut here
             return Walked{libunwind_stack(ips, max, own), false, false, 0};
         }
@@ -637,7 +643,7 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
             Reads reads;
             caller = step(rule, f, reads);
         }
-        if (rule.kind == FrameRule::Outermost) {
+        if (ends_stack(rule)) {
             cut = false;
             break;
         }
@@ -726,7 +732,7 @@ SegmentBucket& segment_bucket(StackCache* c, uint64_t tag) { return c->segments[
 // The last stack's frames from `top` down to its outermost one still hold,
 // and it ended at the outermost frame (not cut by the depth limit).
 bool holds_to_outermost(const StackCache* c, int top) {
-    return c->frames[0].rule.kind == FrameRule::Outermost && holds_down_to(c, top, 0) == 0;
+    return ends_stack(c->frames[0].rule) && holds_down_to(c, top, 0) == 0;
 }
 
 // The key of the last stack if it starts at `first` and its links hold

@@ -203,6 +203,22 @@ class RunTest(HeapsnapTest):
                                  "heapsnap: stacks interned: 200 by the writer, 1 in the program's threads"],
                          result.stderr)
 
+    def test_constructor_stacks_end_without_libunwind(self):
+        # ctor_host's library allocates 100 times in its constructor, which
+        # ld.so calls from _dl_start_user: no FDE covers it, and its rbp is
+        # 0, where libunwind ends the stack. The walk ends it there too: one
+        # stack, the thread's first (before its ring), and no stack handed
+        # to libunwind, which made each of the 100 a stack of its own
+        # ("0 by the writer, 100 in the program's threads").
+        env = {"LD_PRELOAD": PRELOAD, "HEAPSNAP_OUTPUT": self.path("ctor.%p.hslog"), "HEAPSNAP_VERBOSE": "1",
+               "HEAPSNAP_VERIFY_STACKS": "1"}
+        result = self.run_cmd([program("ctor_host")], expect=0, env=env)
+        lines = [l for l in result.stderr.splitlines() if l.startswith(("heapsnap: stacks interned: ",
+                                                                        "heapsnap: verify-stacks: "))]
+        self.assertEqual(lines, ["heapsnap: verify-stacks: 100 stacks checked, 0 differ from libunwind",
+                                 "heapsnap: stacks interned: 0 by the writer, 1 in the program's threads"],
+                         result.stderr)
+
     def test_depth_option(self):
         log = self.single_log("alloc_pattern", options=("--depth", "1"))
         records = self.dump(log)
