@@ -1,6 +1,9 @@
 #include "recorder/frame_rules.h"
 
 #include <dlfcn.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -410,15 +413,20 @@ const uint8_t* find_fde(const uint8_t* hdr, uint64_t pc) {
 // such code. Anything else it guesses by the frame-pointer chain, which
 // is libunwind's to do: Unsupported. So NoInfo, for the walk: the stack
 // ends here if the frame's rbp is 0, and goes to libunwind if not.
-// The code is read here, once per address: the 16 bytes after the return
-// address, if they lie on its page (a page of the object's code, mapped;
-// the next one may be a hole of it).
+// The code is read here, once per address: the 16 bytes at the return
+// address, through process_vm_readv on this process, which fails where a
+// plain read would fault (an address from a corrupt stack can fall in a
+// hole of the object's mapping, as libunwind's validated reads allow for).
+// If it fails (unreadable, or the syscall refused by a seccomp filter),
+// the stack goes to libunwind.
 FrameRule no_info_rule(uint64_t pc) {
     uint64_t ip = pc + 1;
-    if ((ip & 4095) > 4096 - 16) return kUnsupported;
-    uint64_t w0, w1;
-    memcpy(&w0, reinterpret_cast<const void*>(ip), 8);
-    memcpy(&w1, reinterpret_cast<const void*>(ip + 8), 8);
+    uint64_t words[2];
+    iovec local{words, sizeof words};
+    iovec remote{reinterpret_cast<void*>(ip), sizeof words};
+    if (syscall(SYS_process_vm_readv, getpid(), &local, 1, &remote, 1, 0) != static_cast<long>(sizeof words))
+        return kUnsupported;
+    uint64_t w0 = words[0], w1 = words[1];
     bool sigreturn = w0 == 0x0f0000000fc0c748ull && (w1 & 0xff) == 0x05;
     bool plt = (w0 & 0xffff) == 0x25ff && ((w0 >> 48) & 0xff) == 0x68 && ((w1 >> 24) & 0xff) == 0xe9;
     if (sigreturn || plt) return kUnsupported;
