@@ -11,8 +11,8 @@ namespace {
 
 // A live block in 8 bytes: its address >> 4 above kNameBits bits of its
 // name. Fits every block glibc's malloc hands out (16-byte aligned, below
-// 2^47) whose info id is below kPackedAddressed, i.e. all but a program's
-// first two million distinct triples. Half the size of a plain entry: on
+// 2^47) whose info id is below kPackedAddressed: those of the log's first
+// two million distinct triples. Half the size of a plain entry: on
 // tools/bench-programs/churn.pl (920 000 live blocks) the table is 16 MiB
 // where 16-byte entries took 32, which was most of the recorder's memory.
 struct PackedLive {
