@@ -171,6 +171,18 @@ class RunTest(HeapsnapTest):
             if kind == "stack":
                 self.assertLessEqual(len(f["frames"].split(",")), 2, f)
 
+    def stack_report(self, cmd, verify=False):
+        """Runs cmd with the recorder preloaded and HEAPSNAP_VERBOSE set
+        (and HEAPSNAP_VERIFY_STACKS if `verify`); returns its stderr lines
+        about stacks ("stacks interned: ", "verify-stacks: ") and the whole
+        stderr, for the assertion's message."""
+        env = {"LD_PRELOAD": PRELOAD, "HEAPSNAP_OUTPUT": self.path("stacks.%p.hslog"), "HEAPSNAP_VERBOSE": "1"}
+        if verify:
+            env["HEAPSNAP_VERIFY_STACKS"] = "1"
+        result = self.run_cmd(cmd, expect=0, env=env)
+        prefixes = ("heapsnap: stacks interned: ", "heapsnap: verify-stacks: ")
+        return [l for l in result.stderr.splitlines() if l.startswith(prefixes)], result.stderr
+
     def test_stacks_handed_to_the_writer(self):
         # growth_cpp links libstdc++ dynamically, whose initializer
         # allocates before the recorder's constructor runs. Its main thread
@@ -179,11 +191,8 @@ class RunTest(HeapsnapTest):
         # stack-cache pool had a run-time initializer, the constructor
         # reset the cache that thread owned and it interned all four itself
         # ("0 by the writer, 4 in the program's threads").
-        env = {"LD_PRELOAD": PRELOAD, "HEAPSNAP_OUTPUT": self.path("cpp.%p.hslog"), "HEAPSNAP_VERBOSE": "1"}
-        result = self.run_cmd([program("growth_cpp")], expect=0, env=env)
-        lines = [l for l in result.stderr.splitlines() if l.startswith("heapsnap: stacks interned: ")]
-        self.assertEqual(lines, ["heapsnap: stacks interned: 3 by the writer, 1 in the program's threads"],
-                         result.stderr)
+        lines, stderr = self.stack_report([program("growth_cpp")])
+        self.assertEqual(lines, ["heapsnap: stacks interned: 3 by the writer, 1 in the program's threads"], stderr)
 
     def test_deep_segments_spare_walks(self):
         # deep_paths allocates at the bottom of a 40-frame recursion through
@@ -194,14 +203,9 @@ class RunTest(HeapsnapTest):
         # so 100 rounds walk 200 times (the thread's first stack in the
         # thread, before its ring). Without segments that deep: 299 and 1.
         # Every stack is also checked against libunwind's.
-        env = {"LD_PRELOAD": PRELOAD, "HEAPSNAP_OUTPUT": self.path("deep.%p.hslog"), "HEAPSNAP_VERBOSE": "1",
-               "HEAPSNAP_VERIFY_STACKS": "1"}
-        result = self.run_cmd([program("deep_paths"), "100"], expect=0, env=env)
-        lines = [l for l in result.stderr.splitlines() if l.startswith(("heapsnap: stacks interned: ",
-                                                                        "heapsnap: verify-stacks: "))]
+        lines, stderr = self.stack_report([program("deep_paths"), "100"], verify=True)
         self.assertEqual(lines, ["heapsnap: verify-stacks: 300 stacks checked, 0 differ from libunwind",
-                                 "heapsnap: stacks interned: 200 by the writer, 1 in the program's threads"],
-                         result.stderr)
+                                 "heapsnap: stacks interned: 200 by the writer, 1 in the program's threads"], stderr)
 
     def test_constructor_stacks_end_without_libunwind(self):
         # ctor_host's library allocates 100 times in its constructor, which
@@ -210,14 +214,9 @@ class RunTest(HeapsnapTest):
         # stack, the thread's first (before its ring), and no stack handed
         # to libunwind, which made each of the 100 a stack of its own
         # ("0 by the writer, 100 in the program's threads").
-        env = {"LD_PRELOAD": PRELOAD, "HEAPSNAP_OUTPUT": self.path("ctor.%p.hslog"), "HEAPSNAP_VERBOSE": "1",
-               "HEAPSNAP_VERIFY_STACKS": "1"}
-        result = self.run_cmd([program("ctor_host")], expect=0, env=env)
-        lines = [l for l in result.stderr.splitlines() if l.startswith(("heapsnap: stacks interned: ",
-                                                                        "heapsnap: verify-stacks: "))]
+        lines, stderr = self.stack_report([program("ctor_host")], verify=True)
         self.assertEqual(lines, ["heapsnap: verify-stacks: 100 stacks checked, 0 differ from libunwind",
-                                 "heapsnap: stacks interned: 0 by the writer, 1 in the program's threads"],
-                         result.stderr)
+                                 "heapsnap: stacks interned: 0 by the writer, 1 in the program's threads"], stderr)
 
     def test_depth_option(self):
         log = self.single_log("alloc_pattern", options=("--depth", "1"))
