@@ -729,6 +729,25 @@ bool segment_link_holds(const Segment& sg, int i) {
 
 SegmentBucket& segment_bucket(StackCache* c, uint64_t tag) { return c->segments[tag >> (64 - kSegmentBucketBits)]; }
 
+// What a segment keeps of the last stack's frames `join`..0 (Segment::
+// outer_ips, base_generation), and whether they are still what it kept:
+// the keeping and the check, side by side so they stay one definition.
+size_t outer_bytes(int join) { return sizeof(uint64_t) * static_cast<size_t>(std::min(join + 1, kSegmentOuter)); }
+const uint64_t* outer_ips_of(const StackCache* c, int join) { return &c->rips[kMaxFrames - 1 - join]; }
+uint64_t base_generation_of(const StackCache* c, int join) {
+    return join >= kSegmentOuter ? c->prefix_generation[join - kSegmentOuter] : 0;
+}
+
+void keep_outer(const StackCache* c, Segment& sg, int join) {
+    sg.base_generation = base_generation_of(c, join);
+    memcpy(sg.outer_ips, outer_ips_of(c, join), outer_bytes(join));
+}
+
+bool same_outer(const StackCache* c, const Segment& sg, int join) {
+    return base_generation_of(c, join) == sg.base_generation &&
+           memcmp(sg.outer_ips, outer_ips_of(c, join), outer_bytes(join)) == 0;
+}
+
 // The last stack's frames from `top` down to its outermost one still hold,
 // and it ended at the outermost frame (not cut by the depth limit).
 bool holds_to_outermost(const StackCache* c, int top) {
@@ -805,10 +824,7 @@ uint32_t segment_key(StackCache* c, const Frame& first, const FrameRule& first_r
         for (int i = 0; holds && i + 1 < sg.count; ++i) holds = segment_link_holds(sg, i);
         if (!holds || !reads_hold(last_frame.reads, at_join, c->frames[join].bp_needed)) continue;
         if (c->prefix_generation[join] != sg.generation) {
-            if (join >= kSegmentOuter && c->prefix_generation[join - kSegmentOuter] != sg.base_generation) continue;
-            const uint64_t* outer = &c->rips[kMaxFrames - 1 - join];
-            if (memcmp(sg.outer_ips, outer, sizeof(uint64_t) * static_cast<size_t>(std::min(join + 1, kSegmentOuter))) != 0)
-                continue;
+            if (!same_outer(c, sg, join)) continue;
             sg.generation = c->prefix_generation[join];  // the same frames, written again
         }
         return holds_to_outermost(c, join) ? sg.key : 0;
@@ -865,8 +881,7 @@ void keep_segment(StackCache* c, const Walked& w, uint32_t key) {
     sg.join_frame = c->frames[w.kept].frame;
     for (int i = 0; i < w.fresh; ++i) sg.frames[i] = SegmentFrame{c->fresh[i].frame, c->fresh[i].reads};
     sg.bp_free = bp_free_mask(c->fresh, w.fresh);
-    sg.base_generation = w.kept >= kSegmentOuter ? c->prefix_generation[w.kept - kSegmentOuter] : 0;
-    memcpy(sg.outer_ips, &c->rips[kMaxFrames - 1 - w.kept], sizeof(uint64_t) * static_cast<size_t>(std::min(w.kept + 1, kSegmentOuter)));
+    keep_outer(c, sg, w.kept);
     sg.key = key;
 }
 
