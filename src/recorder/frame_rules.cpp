@@ -403,16 +403,17 @@ const uint8_t* find_fde(const uint8_t* hdr, uint64_t pc) {
     return hdr + entry(lo).fde;
 }
 
-// The rule of a return address (pc + 1) in a loaded object's code that no
-// FDE covers. libunwind's unw_step, where dwarf_step finds no unwind info,
-// takes the code at the return address for a signal trampoline (mov
-// $15, %rax; syscall) or a PLT entry (jmp *x(%rip); push; jmp), and
-// otherwise ends the stack there if the frame's rbp is 0 (the frame itself
-// is reported): the x86-64 ABI's mark of the outermost frame. glibc's
-// _dl_start_user, the caller of every shared library's constructors, is
-// such code. Anything else it guesses by the frame-pointer chain, which
-// is libunwind's to do: Unsupported. So NoInfo, for the walk: the stack
-// ends here if the frame's rbp is 0, and goes to libunwind if not.
+// The rule of a return address (pc + 1) that no FDE covers: in a loaded
+// object's code without one, or in code of no loaded object (a JIT's).
+// libunwind's unw_step, where dwarf_step finds no unwind info, takes the
+// code at the return address for a signal trampoline (mov $15, %rax;
+// syscall) or a PLT entry (jmp *x(%rip); push; jmp), and otherwise ends
+// the stack there if the frame's rbp is 0 (the frame itself is reported):
+// the x86-64 ABI's mark of the outermost frame. glibc's _dl_start_user,
+// the caller of every shared library's constructors, is such code.
+// Anything else it guesses by the frame-pointer chain, which the walk
+// follows where it can prove the reads safe (unwind.cpp, walk_rule) and
+// leaves to libunwind elsewhere. So NoInfo: the walk decides per frame.
 // The code is read here, once per address: the 16 bytes at the return
 // address, through process_vm_readv on this process, which fails where a
 // plain read would fault (an address from a corrupt stack can fall in a
@@ -437,7 +438,10 @@ FrameRule no_info_rule(uint64_t pc) {
 
 FrameRule read_rule(uint64_t pc) {
     dl_find_object found;
-    if (_dl_find_object(reinterpret_cast<void*>(pc), &found) != 0 || !found.dlfo_eh_frame) return kUnsupported;
+    // Code in no loaded object (a JIT's) has no FDE either: libunwind's
+    // lookup fails the same way there.
+    if (_dl_find_object(reinterpret_cast<void*>(pc), &found) != 0) return no_info_rule(pc);
+    if (!found.dlfo_eh_frame) return kUnsupported;
     const uint8_t* fde = find_fde(static_cast<const uint8_t*>(found.dlfo_eh_frame), pc);
     if (!fde) return no_info_rule(pc);
     Reader r{fde, fde + 16};

@@ -9,17 +9,20 @@
 //   rip  = *(CFA + n) or *(rsp|rbp + n);
 //   rbp  = unchanged, *(CFA + n) or *(rsp|rbp + n).
 // Anything else (another register as CFA base, DW_CFA_register, val rules,
-// other expressions, code without CFI, no .eh_frame_hdr) is Unsupported and
+// other expressions, an object without .eh_frame_hdr) is Unsupported and
 // the caller unwinds that stack with libunwind instead, so an unusual frame
 // costs time, never a wrong frame. So is the signal trampoline: below it
 // lies a frame stopped at any instruction, not at a call, where compilers'
 // CFI is not always right (GCC's DRAP epilogues keep an rbp rule that reads
 // through the already restored rbp), and only libunwind checks each word
 // before it reads it. An undefined rip or rbp marks the outermost frame,
-// as libunwind's unw_step has it; so does a return address in a loaded
-// object's code that no FDE covers, where the frame's rbp is 0 (NoInfo:
-// glibc's _dl_start_user, below every shared library's constructors; on
-// clang++, 4 338 allocations at startup went to libunwind for it).
+// as libunwind's unw_step has it; so does a return address that no FDE
+// covers, where the frame's rbp is 0 (NoInfo: glibc's _dl_start_user,
+// below every shared library's constructors; on clang++, 4 338
+// allocations at startup went to libunwind for it). Where its rbp is not
+// 0, libunwind guesses the caller by the frame pointer, and so does the
+// walk where it can (unwind.cpp, walk_rule): a JIT's code (node's V8)
+// and hand-written assembly have no CFI but keep rbp chains.
 // Like the rest, this follows libunwind as Debian builds it for x86-64,
 // without .debug_frame lookups.
 //
@@ -50,10 +53,11 @@
 namespace heapsnap::recorder {
 
 struct FrameRule {
-    // NoInfo: no FDE covers the address, which is in a loaded object's
-    // code and neither a PLT entry nor a signal trampoline; the frame is
-    // the outermost if its rbp is 0 (libunwind's end of the frame chain),
-    // and Unsupported otherwise.
+    // NoInfo: no FDE covers the address (in a loaded object's code or in
+    // none), which is neither a PLT entry nor a signal trampoline; the
+    // frame is the outermost if its rbp is 0 (libunwind's end of the frame
+    // chain), and libunwind guesses its caller by rbp otherwise (the walk's
+    // walk_rule).
     enum Kind : uint8_t { Step, Outermost, Unsupported, NoInfo };
     // Where a value lives: Cfa, Rsp, Rbp name the base of an address
     // (base + offset is read); Same keeps the callee's rbp.

@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 #include <libunwind.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -71,6 +73,67 @@ bool bp_matters(const FrameRule& r, bool caller_needs) {
     // NoInfo (the stack ends there because its rbp is 0), Unsupported: always.
     if (r.kind != FrameRule::Step) return true;
     return uses_bp(r) || (r.rbp_base == FrameRule::Same && caller_needs);
+}
+
+// Stack memory a walk may read unchecked beyond what the rules read: from
+// the walk's first frame up to the top of the main thread's stack, when
+// that frame lies on it. A stack is one mapping from its lowest frame to
+// its top, and the kernel keeps the stack rlimit below the top free of
+// other mappings, so [lo, hi) is mapped wherever lo is a frame's sp within
+// the rlimit below hi (__libc_stack_end, below argv and the environment).
+// Elsewhere (another thread's stack, a sigaltstack, a coroutine's) the
+// span is empty.
+struct Readable {
+    uint64_t lo = 0;
+    uint64_t hi = 0;
+};
+
+struct MainStack {
+    bool known;
+    uint64_t lo, hi;  // hi 0: this thread is not the main thread
+};
+__thread MainStack t_main_stack;  // initial-exec (meson.build), looked up once per thread
+
+extern "C" void* __libc_stack_end;  // the main thread's stack top (ld.so)
+
+Readable readable_from(uint64_t sp) {
+    MainStack& m = t_main_stack;
+    if (!m.known) {
+        m.known = true;
+        if (getpid() == gettid()) {
+            rlimit limit{};
+            uint64_t room = 8u << 20;
+            if (getrlimit(RLIMIT_STACK, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) room = limit.rlim_cur;
+            m.hi = reinterpret_cast<uint64_t>(__libc_stack_end);
+            m.lo = m.hi > room ? m.hi - room : 0;
+        }
+    }
+    if (sp < m.lo || sp >= m.hi) return Readable{};
+    return Readable{sp, m.hi};
+}
+
+// The rule a walk steps `f` with, whose rule by address is `r`. For a
+// frame no FDE covers (NoInfo) whose rbp is not 0, libunwind guesses the
+// caller by the frame pointer: CFA = rbp + 16, return address at CFA - 8,
+// rbp at CFA - 16, if rbp lies at or above the frame's sp and at most
+// 0x4000 above it (its unw_step), and from then on for that address with
+// every read checked for a mapped page (its trace cache, with validation
+// on). The walk guesses the same where all it reads, rbp's 16 bytes, is
+// known to be mapped: on the page of the frame's return-address slot
+// below sp (f.sp - 8, which the callee's call wrote), or within
+// `readable`. Other NoInfo frames with an rbp keep their rule and go to
+// libunwind. node's V8 code (JIT code and builtins without CFI, rbp chains
+// throughout) sent 22 000 stacks a run there (tools/bench's churn.js).
+// One difference in kind: libunwind decides for an address the first time
+// its thread's cache meets it, and a frame there first met with an rbp
+// out of range ends every later stack through that address; the walk
+// decides per frame.
+constexpr FrameRule kGuessedRule{FrameRule::Step, FrameRule::Rbp, false, FrameRule::Cfa, FrameRule::Cfa, 16, -8, -16};
+
+const FrameRule& walk_rule(const FrameRule& r, const Frame& f, const Readable& readable) {
+    if (r.kind != FrameRule::NoInfo || f.bp == 0 || f.bp < f.sp || f.bp - f.sp > 0x4000) return r;
+    bool mapped = (f.bp + 15) >> 12 == (f.sp - 8) >> 12 || (f.sp >= readable.lo && f.bp + 16 <= readable.hi);
+    return mapped ? kGuessedRule : r;
 }
 
 // A frame with this rule is the stack's last. A NoInfo frame is walked
@@ -568,6 +631,7 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
     // frame pointers (meson.build), so each caller is one load away: no
     // rule lookup for frames that are never reported.
     for (; walked < max && own.holds(f.ip); ++walked) f = caller_of(reinterpret_cast<const uint64_t*>(f.bp));
+    const Readable readable = readable_from(f.sp);
     CachedFrame* last = c ? c->frames : nullptr;
     CachedFrame* fresh = c ? c->fresh : nullptr;
     int last_count = c ? c->count : 0;
@@ -621,7 +685,8 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
             }
             continue;
         }
-        const FrameRule& rule = first_rule && f.ip == first_ip ? *first_rule : rule_for(c, f.ip - 1);
+        const FrameRule& rule =
+            walk_rule(first_rule && f.ip == first_ip ? *first_rule : rule_for(c, f.ip - 1), f, readable);
         if (rule.kind == FrameRule::Unsupported || (rule.kind == FrameRule::NoInfo && f.bp != 0)) {
             if (walked >= max) break;  // past what ips holds: the cache keeps the stack cut here
             return Walked{libunwind_stack(ips, max, own), false, false, 0};
@@ -787,9 +852,10 @@ uint64_t& by_caller_slot(StackCache* c, uint64_t ip) { return c->by_caller[mix(0
 uint64_t first_tag(StackCache* c, const Frame& first, const FrameRule& first_rule) {
     // A tag by caller costs a step, which a hit checks again anyway.
     uint64_t caller_ip = 0;
-    if (by_caller_slot(c, first.ip) == first.ip && first_rule.kind == FrameRule::Step) {
+    const FrameRule& rule = walk_rule(first_rule, first, readable_from(first.sp));  // as the walk saw it
+    if (by_caller_slot(c, first.ip) == first.ip && rule.kind == FrameRule::Step) {
         Reads reads;
-        caller_ip = step(first_rule, first, reads).ip;
+        caller_ip = step(rule, first, reads).ip;
     }
     return segment_tag(first, caller_ip);
 }

@@ -62,8 +62,9 @@
 // and interning drop from ~440 to ~125 ns per allocation, on python3
 // (PYTHONMALLOC=malloc, tools/bench-programs/churn.py) from ~250 to ~160.
 //
-// A frame the rules do not cover (no CFI, unusual CFI, a signal frame)
-// sends its whole stack to unw_backtrace, filtered the same way.
+// A frame the rules do not cover (unusual CFI, a signal frame, code
+// without CFI whose frame pointer cannot be followed safely: unwind.cpp,
+// walk_rule) sends its whole stack to unw_backtrace, filtered the same way.
 // Rejected: a frame-pointer walk checked against the CFI per return
 // address (right only where every function keeps a frame pointer; the
 // check costs what the rule lookup costs); trusting frames "probably

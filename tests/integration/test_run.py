@@ -218,6 +218,22 @@ class RunTest(HeapsnapTest):
         self.assertEqual(lines, ["heapsnap: verify-stacks: 100 stacks checked, 0 differ from libunwind",
                                  "heapsnap: stacks interned: 0 by the writer, 1 in the program's threads"], stderr)
 
+    def test_frames_without_cfi_follow_the_frame_pointer(self):
+        # unwind_shapes thunks allocates 666 times through three frames no
+        # FDE covers, each keeping a frame pointer: two assembly thunks in
+        # the program (one with a frame of two pages, whose rbp lies off the
+        # page the walk reads anyway) and a copy of the small one in
+        # anonymous memory, where a JIT's code lies (node's V8). libunwind
+        # guesses their callers by rbp; the walk follows rbp the same way
+        # (on the main thread's stack, or within a page), so no stack goes
+        # to libunwind: the thread's first stack in the thread, 12 walks by
+        # the writer. While such frames went to libunwind, every stack
+        # through a thunk was interned in the thread ("5 by the writer, 595
+        # in the program's threads").
+        lines, stderr = self.stack_report([program("unwind_shapes"), "thunks"], verify=True)
+        self.assertEqual(lines, ["heapsnap: verify-stacks: 666 stacks checked, 0 differ from libunwind",
+                                 "heapsnap: stacks interned: 12 by the writer, 1 in the program's threads"], stderr)
+
     def test_depth_option(self):
         log = self.single_log("alloc_pattern", options=("--depth", "1"))
         records = self.dump(log)

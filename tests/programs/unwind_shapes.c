@@ -3,15 +3,20 @@
  * can compare every stack heapsnap recorded with the path the program
  * really took (tests/integration/test_unwind.py).
  *
- * Usage: unwind_shapes all|fp
- *   all  every shape below;
- *   fp   only functions with frame pointers and no signal frames: the paths
- *        `--unwind fp` must get right too.
+ * Usage: unwind_shapes all|fp|thunks
+ *   all     every shape below;
+ *   fp      only functions with frame pointers and no signal frames: the
+ *           paths `--unwind fp` must get right too;
+ *   thunks  only 100 rounds of the three frames without CFI below
+ *           (step_nocfi, step_nocfi_big, step_jit), from main.
  *
  * Shapes: deep recursion of varying depth through a random mix of frames
  * with and without frame pointers, alloca (variable-size frames), a
  * realigned frame (aligned local plus alloca: GCC's DRAP, whose CFA is an
- * expression), a frame larger than a page, the same leaf reached from two
+ * expression), a frame larger than a page, a frame of code without CFI
+ * that keeps a frame pointer (assembly thunks in the program, one with a
+ * frame of two pages, and a copy of the other in anonymous memory, as a
+ * JIT's code is), the same leaf reached from two
  * callers with identical frames at the same depth (alternating in a loop,
  * so a stack cache must notice the changed caller above an unchanged leaf),
  * allocations right after returning from a deeper call (the old stack is
@@ -37,10 +42,12 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -184,8 +191,83 @@ SHAPE void twin_b(int depth) {
     leave();
 }
 
-static const Shape all_shapes[] = {step_fp, step_nofp, step_alloca, step_realign, step_big_nofp, twin_a, twin_b};
-static const Shape fp_shapes[] = {step_fp, step_alloca, step_realign, twin_a, twin_b};
+/* nocfi_thunk(depth, fn) calls fn(depth) from a frame with a frame pointer
+ * and no CFI (no FDE covers it: the assembler makes none without .cfi
+ * directives). jit_thunk is a copy of its code in an anonymous executable
+ * mapping (main), code no loaded object holds: unwinders meet it there as
+ * they meet a JIT's. */
+void nocfi_thunk(int depth, Shape fn);
+extern const char nocfi_thunk_end[];
+__asm__(".text\n"
+        ".globl nocfi_thunk\n"
+        ".type nocfi_thunk, @function\n"
+        "nocfi_thunk:\n"
+        "  push %rbp\n"
+        "  mov %rsp, %rbp\n"
+        "  call *%rsi\n"
+        "  pop %rbp\n"
+        "  ret\n"
+        ".size nocfi_thunk, .-nocfi_thunk\n"
+        ".globl nocfi_thunk_end\n"
+        "nocfi_thunk_end:\n");
+
+/* The same with 8 KiB of locals: its rbp lies two pages above the sp it
+ * calls from. */
+void nocfi_big_thunk(int depth, Shape fn);
+__asm__(".text\n"
+        ".globl nocfi_big_thunk\n"
+        ".type nocfi_big_thunk, @function\n"
+        "nocfi_big_thunk:\n"
+        "  push %rbp\n"
+        "  mov %rsp, %rbp\n"
+        "  sub $0x2000, %rsp\n"
+        "  call *%rsi\n"
+        "  leave\n"
+        "  ret\n"
+        ".size nocfi_big_thunk, .-nocfi_big_thunk\n");
+
+static void (*jit_thunk)(int depth, Shape fn);
+
+static void make_jit_thunk(void) {
+    size_t size = (size_t)(nocfi_thunk_end - (const char*)nocfi_thunk);
+    void* code = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (code == MAP_FAILED) _exit(94);
+    memcpy(code, (const void*)nocfi_thunk, size);
+    if (mprotect(code, 4096, PROT_READ | PROT_EXEC) != 0) _exit(94);
+    jit_thunk = (void (*)(int, Shape))code;
+}
+
+SHAPE void step_nocfi(int depth) {
+    enter("step_nocfi");
+    enter("nocfi_thunk");
+    nocfi_thunk(depth, descend);
+    leave();
+    maybe_alloc_after();
+    leave();
+}
+
+SHAPE void step_nocfi_big(int depth) {
+    enter("step_nocfi_big");
+    enter("nocfi_big_thunk");
+    nocfi_big_thunk(depth, descend);
+    leave();
+    maybe_alloc_after();
+    leave();
+}
+
+/* The anonymous code's frame has no function and no module: not a name on
+ * the path. */
+SHAPE void step_jit(int depth) {
+    enter("step_jit");
+    jit_thunk(depth, descend);
+    maybe_alloc_after();
+    leave();
+}
+
+static const Shape all_shapes[] = {step_fp, step_nofp, step_alloca, step_realign,   step_big_nofp,
+                                   twin_a,  twin_b,    step_nocfi,  step_nocfi_big, step_jit};
+static const Shape fp_shapes[] = {step_fp,    step_alloca,    step_realign, twin_a,
+                                  twin_b,     step_nocfi,     step_nocfi_big, step_jit};
 
 /* At the bottom the same leaf several times in a row from the same stack. */
 SHAPE void descend(int depth) {
@@ -345,14 +427,27 @@ static void print_paths(void) {
 }
 
 int main(int argc, char** argv) {
-    if (argc != 2 || (strcmp(argv[1], "all") != 0 && strcmp(argv[1], "fp") != 0)) {
-        fprintf(stderr, "usage: unwind_shapes all|fp\n");
+    bool thunks = argc == 2 && strcmp(argv[1], "thunks") == 0;
+    if (argc != 2 || (strcmp(argv[1], "all") != 0 && strcmp(argv[1], "fp") != 0 && !thunks)) {
+        fprintf(stderr, "usage: unwind_shapes all|fp|thunks\n");
         return 2;
     }
     fp_only = strcmp(argv[1], "fp") == 0;
     rng = 88172645463325252ull;
+    make_jit_thunk();
     enter("main");
     heapsnap_marker("start");
+    if (thunks) {
+        for (int round = 0; round < 100; ++round) {
+            step_nocfi(0);
+            step_nocfi_big(0);
+            step_jit(0);
+        }
+        heapsnap_marker("end");
+        leave();
+        print_paths();
+        return 0;
+    }
 
     random_paths(300);
     alternate();
