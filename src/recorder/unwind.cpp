@@ -76,8 +76,8 @@ bool bp_matters(const FrameRule& r, bool caller_needs) {
 }
 
 // Stack memory a walk may read unchecked beyond what the rules read: from
-// the walk's first frame up to the top of the main thread's stack, when
-// that frame lies on it. A stack is one mapping from its lowest frame to
+// the walk's first frame (at `sp`) up to the top of the main thread's
+// stack, when that frame lies on it. A stack is one mapping from its lowest frame to
 // its top, and the kernel keeps the stack rlimit below the top free of
 // other mappings, so [lo, hi) is mapped wherever lo is a frame's sp within
 // the rlimit below hi (__libc_stack_end, below argv and the environment).
@@ -120,8 +120,8 @@ Readable readable_from(uint64_t sp) {
 // every read checked for a mapped page (its trace cache, with validation
 // on). The walk guesses the same where all it reads, rbp's 16 bytes, is
 // known to be mapped: on the page of the frame's return-address slot
-// below sp (f.sp - 8, which the callee's call wrote), or within
-// `readable`. Other NoInfo frames with an rbp keep their rule and go to
+// below sp (f.sp - 8, which the callee's call wrote), or within what is
+// readable from the walk's first frame (at `first_sp`). Other NoInfo frames with an rbp keep their rule and go to
 // libunwind. node's V8 code (JIT code and builtins without CFI, rbp chains
 // throughout) sent 22 000 stacks a run there (tools/bench's churn.js).
 // One difference in kind: libunwind decides for an address the first time
@@ -130,10 +130,11 @@ Readable readable_from(uint64_t sp) {
 // decides per frame.
 constexpr FrameRule kGuessedRule{FrameRule::Step, FrameRule::Rbp, false, FrameRule::Cfa, FrameRule::Cfa, 16, -8, -16};
 
-const FrameRule& walk_rule(const FrameRule& r, const Frame& f, const Readable& readable) {
+const FrameRule& walk_rule(const FrameRule& r, const Frame& f, uint64_t first_sp) {
     if (r.kind != FrameRule::NoInfo || f.bp == 0 || f.bp < f.sp || f.bp - f.sp > 0x4000) return r;
-    bool mapped = (f.bp + 15) >> 12 == (f.sp - 8) >> 12 || (f.sp >= readable.lo && f.bp + 16 <= readable.hi);
-    return mapped ? kGuessedRule : r;
+    if ((f.bp + 15) >> 12 == (f.sp - 8) >> 12) return kGuessedRule;
+    const Readable readable = readable_from(first_sp);
+    return f.sp >= readable.lo && f.bp + 16 <= readable.hi ? kGuessedRule : r;
 }
 
 // A frame with this rule is the stack's last. A NoInfo frame is walked
@@ -631,7 +632,7 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
     // frame pointers (meson.build), so each caller is one load away: no
     // rule lookup for frames that are never reported.
     for (; walked < max && own.holds(f.ip); ++walked) f = caller_of(reinterpret_cast<const uint64_t*>(f.bp));
-    const Readable readable = readable_from(f.sp);
+    const uint64_t first_sp = f.sp;
     CachedFrame* last = c ? c->frames : nullptr;
     CachedFrame* fresh = c ? c->fresh : nullptr;
     int last_count = c ? c->count : 0;
@@ -686,7 +687,7 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
             continue;
         }
         const FrameRule& rule =
-            walk_rule(first_rule && f.ip == first_ip ? *first_rule : rule_for(c, f.ip - 1), f, readable);
+            walk_rule(first_rule && f.ip == first_ip ? *first_rule : rule_for(c, f.ip - 1), f, first_sp);
         if (rule.kind == FrameRule::Unsupported || (rule.kind == FrameRule::NoInfo && f.bp != 0)) {
             if (walked >= max) break;  // past what ips holds: the cache keeps the stack cut here
             return Walked{libunwind_stack(ips, max, own), false, false, 0};
@@ -852,7 +853,7 @@ uint64_t& by_caller_slot(StackCache* c, uint64_t ip) { return c->by_caller[mix(0
 uint64_t first_tag(StackCache* c, const Frame& first, const FrameRule& first_rule) {
     // A tag by caller costs a step, which a hit checks again anyway.
     uint64_t caller_ip = 0;
-    const FrameRule& rule = walk_rule(first_rule, first, readable_from(first.sp));  // as the walk saw it
+    const FrameRule& rule = walk_rule(first_rule, first, first.sp);  // as the walk saw it
     if (by_caller_slot(c, first.ip) == first.ip && rule.kind == FrameRule::Step) {
         Reads reads;
         caller_ip = step(rule, first, reads).ip;
