@@ -226,13 +226,20 @@ class RunTest(HeapsnapTest):
         # anonymous memory, where a JIT's code lies (node's V8). libunwind
         # guesses their callers by rbp; the walk follows rbp the same way
         # (on the main thread's stack, or within a page), so no stack goes
-        # to libunwind: the thread's first stack in the thread, 12 walks by
-        # the writer. While such frames went to libunwind, every stack
-        # through a thunk was interned in the thread ("5 by the writer, 595
-        # in the program's threads").
+        # to libunwind: the thread's first stack is interned in the thread,
+        # every other walk by the writer. While such frames went to
+        # libunwind, every stack through a thunk was interned in the thread
+        # ("5 by the writer, 595 in the program's threads").
+        # The walks: at least one for each of the other 5 of its 6 distinct
+        # stacks; how many more depends on where the segments' tags, which
+        # hash addresses, fall in the stack cache's buckets, so on the
+        # address-space layout: 12 in most runs, 13 or 58 in some.
         lines, stderr = self.stack_report([program("unwind_shapes"), "thunks"], verify=True)
-        self.assertEqual(lines, ["heapsnap: verify-stacks: 666 stacks checked, 0 differ from libunwind",
-                                 "heapsnap: stacks interned: 12 by the writer, 1 in the program's threads"], stderr)
+        self.assertEqual(len(lines), 2, stderr)
+        self.assertEqual(lines[0], "heapsnap: verify-stacks: 666 stacks checked, 0 differ from libunwind", stderr)
+        interned = re.fullmatch(r"heapsnap: stacks interned: (\d+) by the writer, 1 in the program's threads", lines[1])
+        self.assertIsNotNone(interned, stderr)
+        self.assertGreaterEqual(int(interned.group(1)), 5, stderr)
 
     def test_depth_option(self):
         log = self.single_log("alloc_pattern", options=("--depth", "1"))
