@@ -411,9 +411,11 @@ const uint8_t* find_fde(const uint8_t* hdr, uint64_t pc) {
 // the stack there if the frame's rbp is 0 (the frame itself is reported):
 // the x86-64 ABI's mark of the outermost frame. glibc's _dl_start_user,
 // the caller of every shared library's constructors, is such code.
-// Anything else it guesses by the frame-pointer chain, which the walk
-// follows where it can prove the reads safe (unwind.cpp, walk_rule) and
-// leaves to libunwind elsewhere. So NoInfo: the walk decides per frame.
+// Anything else it guesses by the frame-pointer chain if rbp lies just
+// above the frame's sp, and ends the stack at otherwise; the walk does the
+// same where it can prove the reads safe (unwind.cpp, walk_rule) and
+// leaves the guess to libunwind elsewhere. So NoInfo: the walk decides per
+// frame.
 // The code is read here, once per address: the 16 bytes at the return
 // address, through process_vm_readv on this process, which fails where a
 // plain read would fault (an address from a corrupt stack can fall in a

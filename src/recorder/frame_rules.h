@@ -20,9 +20,11 @@
 // covers, where the frame's rbp is 0 (NoInfo: glibc's _dl_start_user,
 // below every shared library's constructors; on clang++, 4 338
 // allocations at startup went to libunwind for it). Where its rbp is not
-// 0, libunwind guesses the caller by the frame pointer, and so does the
-// walk where it can (unwind.cpp, walk_rule): a JIT's code (node's V8)
-// and hand-written assembly have no CFI but keep rbp chains.
+// 0, libunwind guesses the caller by the frame pointer if rbp lies just
+// above the frame's sp and ends the stack otherwise, and so does the walk
+// (unwind.cpp, walk_rule): a JIT's code (node's V8) and hand-written
+// assembly have no CFI but keep rbp chains; a JVM's compiled code keeps
+// other data in rbp.
 // Like the rest, this follows libunwind as Debian builds it for x86-64,
 // without .debug_frame lookups.
 //
@@ -56,8 +58,8 @@ struct FrameRule {
     // NoInfo: no FDE covers the address (in a loaded object's code or in
     // none), which is neither a PLT entry nor a signal trampoline; the
     // frame is the outermost if its rbp is 0 (libunwind's end of the frame
-    // chain), and libunwind guesses its caller by rbp otherwise (the walk's
-    // walk_rule).
+    // chain) or out of the range in which libunwind guesses its caller by
+    // rbp, and stepped by rbp otherwise (unwind.cpp, walk_rule).
     enum Kind : uint8_t { Step, Outermost, Unsupported, NoInfo };
     // Where a value lives: Cfa, Rsp, Rbp name the base of an address
     // (base + offset is read); Same keeps the callee's rbp.

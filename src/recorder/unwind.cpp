@@ -70,34 +70,38 @@ bool uses_bp(const FrameRule& r) {
 // caller that needs it (`caller_needs`; true where the caller is unknown).
 bool bp_matters(const FrameRule& r, bool caller_needs) {
     if (r.kind == FrameRule::Outermost) return false;
-    // NoInfo (the stack ends there because its rbp is 0), Unsupported: always.
+    // NoInfo (the stack ends there, for its rbp: walk_rule), Unsupported: always.
     if (r.kind != FrameRule::Step) return true;
     return uses_bp(r) || (r.rbp_base == FrameRule::Same && caller_needs);
 }
 
 // Stack memory a walk may read unchecked beyond what the rules read: from
-// the walk's first frame (at `sp`) up to the top of the main thread's
-// stack, when that frame lies on it. A stack is one mapping from its lowest frame to
-// its top, and the kernel keeps the stack rlimit below the top free of
-// other mappings, so [lo, hi) is mapped wherever lo is a frame's sp within
-// the rlimit below hi (__libc_stack_end, below argv and the environment).
-// Elsewhere (another thread's stack, a sigaltstack, a coroutine's) the
-// span is empty.
+// the walk's first frame (at `sp`) up to the top of the thread's stack,
+// when that frame lies on it and the thread's stack is known:
+//   - the main thread's: a stack is one mapping from its lowest frame to
+//     its top, and the kernel keeps the stack rlimit below the top free of
+//     other mappings, so [lo, hi) is mapped wherever lo is a frame's sp
+//     within the rlimit below hi (__libc_stack_end, below argv and the
+//     environment);
+//   - that of a thread the program started on a stack glibc made: what
+//     set_thread_stack was told (hooks.cpp, thread_trampoline).
+// Elsewhere (a thread started otherwise, a sigaltstack, a coroutine's
+// stack) the span is empty.
 struct Readable {
     uint64_t lo = 0;
     uint64_t hi = 0;
 };
 
-struct MainStack {
+struct ThreadStack {
     bool known;
-    uint64_t lo, hi;  // hi 0: this thread is not the main thread
+    uint64_t lo, hi;  // hi 0: none known
 };
-__thread MainStack t_main_stack;  // initial-exec (meson.build), looked up once per thread
+__thread ThreadStack t_stack;  // initial-exec (meson.build), looked up once per thread
 
 extern "C" void* __libc_stack_end;  // the main thread's stack top (ld.so)
 
 Readable readable_from(uint64_t sp) {
-    MainStack& m = t_main_stack;
+    ThreadStack& m = t_stack;
     if (!m.known) {
         m.known = true;
         if (getpid() == gettid()) {
@@ -113,33 +117,39 @@ Readable readable_from(uint64_t sp) {
 }
 
 // The rule a walk steps `f` with, whose rule by address is `r`. For a
-// frame no FDE covers (NoInfo) whose rbp is not 0, libunwind guesses the
-// caller by the frame pointer: CFA = rbp + 16, return address at CFA - 8,
-// rbp at CFA - 16, if rbp lies at or above the frame's sp and at most
-// 0x4000 above it (its unw_step), and from then on for that address with
-// every read checked for a mapped page (its trace cache, with validation
-// on). The walk guesses the same where all it reads, rbp's 16 bytes, is
-// known to be mapped: on the page of the frame's return-address slot
-// below sp (f.sp - 8, which the callee's call wrote), or within what is
-// readable from the walk's first frame (at `first_sp`). Other NoInfo frames with an rbp keep their rule and go to
-// libunwind. node's V8 code (JIT code and builtins without CFI, rbp chains
-// throughout) sent 22 000 stacks a run there (tools/bench's churn.js).
-// One difference in kind: libunwind decides for an address the first time
-// its thread's cache meets it, and a frame there first met with an rbp
-// out of range ends every later stack through that address; the walk
-// decides per frame.
+// frame no FDE covers (NoInfo), libunwind's unw_step ends the stack there
+// (the frame itself reported) if its rbp is 0, lies below the frame's sp
+// or more than 0x4000 above it; otherwise it guesses the caller by the
+// frame pointer: CFA = rbp + 16, return address at CFA - 8, rbp at CFA -
+// 16, every read checked for a mapped page. The walk does the same: a
+// NoInfo frame is the stack's end where libunwind's is, and is stepped
+// with kGuessedRule where all that step reads, rbp's 16 bytes, is known to
+// be mapped: on the page of the frame's return-address slot below sp
+// (f.sp - 8, which the callee's call wrote), or within what is readable
+// from the walk's first frame (at `first_sp`). The rest goes to libunwind
+// (kLibunwindRule). node's V8 code (JIT code and builtins without CFI,
+// rbp chains throughout) sent 22 000 stacks a run there (tools/bench's
+// churn.js), a JVM's compiled code (rbp a register like any other) as
+// many as it allocated through it.
+// One difference in kind: libunwind's trace cache decides for an address
+// once, the first time its thread meets it, and keeps that decision for
+// the frames met there later, whatever their rbp; the walk decides per
+// frame (and compares the rbp of a NoInfo frame wherever it meets the
+// frame again: bp_matters).
 constexpr FrameRule kGuessedRule{FrameRule::Step, FrameRule::Rbp, false, FrameRule::Cfa, FrameRule::Cfa, 16, -8, -16};
+constexpr FrameRule kLibunwindRule{FrameRule::Unsupported, FrameRule::Rsp, false, FrameRule::Cfa, FrameRule::Same, 0, 0, 0};
 
 const FrameRule& walk_rule(const FrameRule& r, const Frame& f, uint64_t first_sp) {
     if (r.kind != FrameRule::NoInfo || f.bp == 0 || f.bp < f.sp || f.bp - f.sp > 0x4000) return r;
     if ((f.bp + 15) >> 12 == (f.sp - 8) >> 12) return kGuessedRule;
     const Readable readable = readable_from(first_sp);
-    return f.sp >= readable.lo && f.bp + 16 <= readable.hi ? kGuessedRule : r;
+    return f.sp >= readable.lo && f.bp + 16 <= readable.hi ? kGuessedRule : kLibunwindRule;
 }
 
-// A frame with this rule is the stack's last. A NoInfo frame is walked
-// only with an rbp of 0 (walk) and its rbp is compared wherever it is met
-// again (bp_matters), so one in the cache is the stack's end as well.
+// A frame with this rule is the stack's last. A NoInfo frame is walked as
+// such only where libunwind ends the stack at it (walk_rule), and its rbp,
+// on which that depends, is compared wherever it is met again
+// (bp_matters), so one in the cache is the stack's end as well.
 bool ends_stack(const FrameRule& r) { return r.kind == FrameRule::Outermost || r.kind == FrameRule::NoInfo; }
 
 // ---- the per-thread stack cache -------------------------------------------------
@@ -688,7 +698,7 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
         }
         const FrameRule& rule =
             walk_rule(first_rule && f.ip == first_ip ? *first_rule : rule_for(c, f.ip - 1), f, first_sp);
-        if (rule.kind == FrameRule::Unsupported || (rule.kind == FrameRule::NoInfo && f.bp != 0)) {
+        if (rule.kind == FrameRule::Unsupported) {
             if (walked >= max) break;  // past what ips holds: the cache keeps the stack cut here
             return Walked{libunwind_stack(ips, max, own), false, false, 0};
         }
@@ -1079,6 +1089,8 @@ void skip_local_keys(uint32_t walks) {
     if (StackCache* c = g_pool[t_owned - 1].cache.load(std::memory_order_relaxed))
         advance_local_keys(c, t_owned - 1, walks);
 }
+
+void set_thread_stack(uint64_t lo, uint64_t hi) { t_stack = ThreadStack{true, lo, hi}; }
 
 void release_stack_cache() {
     t_released = true;

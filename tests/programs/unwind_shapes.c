@@ -7,8 +7,10 @@
  *   all     every shape below;
  *   fp      only functions with frame pointers and no signal frames: the
  *           paths `--unwind fp` must get right too;
- *   thunks  only 100 rounds of the three frames without CFI below
- *           (step_nocfi, step_nocfi_big, step_jit), from main.
+ *   thunks  only 100 rounds of the five frames without CFI below
+ *           (step_nocfi, step_nocfi_big, step_jit, step_nocfi_clobber,
+ *           step_nocfi_huge), from main, then on a thread on glibc's
+ *           default stack, then on one with a 1 MiB stack.
  *
  * Shapes: deep recursion of varying depth through a random mix of frames
  * with and without frame pointers, alloca (variable-size frames), a
@@ -255,6 +257,45 @@ SHAPE void step_nocfi_big(int depth) {
     leave();
 }
 
+/* Frames without CFI where libunwind ends the stack (thunks mode only: the
+ * stack ends at the thunk, so the path above it is not recorded): one whose
+ * rbp holds data (1, below its sp), one whose rbp lies more than 0x4000
+ * above its sp (a frame of 20 KiB). */
+void nocfi_clobber_thunk(int depth, Shape fn);
+void nocfi_huge_thunk(int depth, Shape fn);
+__asm__(".text\n"
+        ".globl nocfi_clobber_thunk\n"
+        ".type nocfi_clobber_thunk, @function\n"
+        "nocfi_clobber_thunk:\n"
+        "  push %rbp\n"
+        "  mov $1, %rbp\n"
+        "  call *%rsi\n"
+        "  pop %rbp\n"
+        "  ret\n"
+        ".size nocfi_clobber_thunk, .-nocfi_clobber_thunk\n"
+        ".globl nocfi_huge_thunk\n"
+        ".type nocfi_huge_thunk, @function\n"
+        "nocfi_huge_thunk:\n"
+        "  push %rbp\n"
+        "  mov %rsp, %rbp\n"
+        "  sub $0x5000, %rsp\n"
+        "  call *%rsi\n"
+        "  leave\n"
+        "  ret\n"
+        ".size nocfi_huge_thunk, .-nocfi_huge_thunk\n");
+
+SHAPE void step_nocfi_clobber(int depth) {
+    enter("step_nocfi_clobber");
+    nocfi_clobber_thunk(depth, descend);
+    leave();
+}
+
+SHAPE void step_nocfi_huge(int depth) {
+    enter("step_nocfi_huge");
+    nocfi_huge_thunk(depth, descend);
+    leave();
+}
+
 /* The anonymous code's frame has no function and no module: not a name on
  * the path. */
 SHAPE void step_jit(int depth) {
@@ -391,6 +432,26 @@ SHAPE void* worker_main(void* arg) {
     return NULL;
 }
 
+/* ---- thunks mode ------------------------------------------------------------------------ */
+
+SHAPE void thunk_rounds(void) {
+    for (int round = 0; round < 100; ++round) {
+        step_nocfi(0);
+        step_nocfi_big(0);
+        step_jit(0);
+        step_nocfi_clobber(0);
+        step_nocfi_huge(0);
+    }
+}
+
+SHAPE void* thunk_worker(void* arg) {
+    rng = (uint64_t)(uintptr_t)arg * 0x9e3779b97f4a7c15ull;
+    enter("thunk_worker");
+    thunk_rounds();
+    leave();
+    return NULL;
+}
+
 /* ---- output ------------------------------------------------------------------------------ */
 
 static char out[1 << 16];
@@ -438,10 +499,16 @@ int main(int argc, char** argv) {
     enter("main");
     heapsnap_marker("start");
     if (thunks) {
-        for (int round = 0; round < 100; ++round) {
-            step_nocfi(0);
-            step_nocfi_big(0);
-            step_jit(0);
+        thunk_rounds();
+        /* The same on two threads: one on glibc's default stack, one on a
+         * stack of a size asked for. */
+        pthread_attr_t sized;
+        pthread_attr_init(&sized);
+        pthread_attr_setstacksize(&sized, 1 << 20);
+        for (uintptr_t t = 0; t < 2; ++t) {
+            pthread_t thread;
+            pthread_create(&thread, t ? &sized : NULL, thunk_worker, (void*)(t + 1));
+            pthread_join(thread, NULL);
         }
         heapsnap_marker("end");
         leave();
