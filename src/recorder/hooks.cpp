@@ -352,8 +352,9 @@ void record_munmap(const void* p, size_t length) {
 struct StartArgs {
     void* (*routine)(void*) = nullptr;
     void* arg = nullptr;
-    // The stack glibc is asked to make for the thread (describe_stack):
-    // its size and guard; 0 where the program gives the stack itself.
+    // The thread's stack (describe_stack): its lowest address where the
+    // program gives it; otherwise the size and guard glibc is asked for.
+    uint64_t given_stack = 0;
     size_t stack_size = 0;
     size_t guard_size = 0;
     std::atomic<bool> used{false};
@@ -392,10 +393,11 @@ void record_thread_start() {
     emit(slot);
 }
 
-// The stack size and guard glibc will make the new thread's stack with,
-// from `attr` or the defaults; none where the program gives the stack.
+// The stack the new thread will run on, from `attr` or the defaults: the
+// one the program gives, or the size and guard glibc will make it with.
 // (pthread_attr_init allocates nothing; the defaults are its stack size 0.)
 void describe_stack(StartArgs& a, const pthread_attr_t* attr) {
+    a.given_stack = 0;
     a.stack_size = a.guard_size = 0;
     pthread_attr_t defaults;
     if (!attr) {
@@ -407,25 +409,34 @@ void describe_stack(StartArgs& a, const pthread_attr_t* attr) {
     // the size asked for: an address and size that add up to 0.
     void* given = nullptr;
     size_t given_size = 0, size = 0, guard = 0;
-    bool known = pthread_attr_getstack(attr, &given, &given_size) == 0 &&
-                 reinterpret_cast<uintptr_t>(given) + given_size == 0 && pthread_attr_getstacksize(attr, &size) == 0 &&
-                 pthread_attr_getguardsize(attr, &guard) == 0;
+    bool read = pthread_attr_getstack(attr, &given, &given_size) == 0 && pthread_attr_getstacksize(attr, &size) == 0 &&
+                pthread_attr_getguardsize(attr, &guard) == 0;
     if (attr == &defaults) pthread_attr_destroy(&defaults);
-    if (!known) return;
+    if (!read) return;
+    if (reinterpret_cast<uintptr_t>(given) + given_size != 0) {
+        a.given_stack = reinterpret_cast<uintptr_t>(given);
+        return;
+    }
     a.stack_size = size;
     a.guard_size = guard;
 }
 
 // What of a new thread's stack the walk may read (unwind.h,
 // set_thread_stack): up to its first frame here (`top`), and down to where
-// the stack glibc made certainly goes. glibc (x86-64) maps the guard, then
+// its stack certainly goes. A stack the program gave goes down to the
+// address it gave (a guard it keeps there lies below every frame, so below
+// any first frame of a walk on this stack). glibc (x86-64) maps the guard, then
 // the stack, and puts the thread's descriptor (pthread_self()) at the top
 // of that block, below its end by the descriptor's size (2 368 bytes in
 // glibc 2.36) rounded down to the static TLS's alignment: the block ends
 // less than 64 KiB above the descriptor. So no usable byte lies below
 // end - size, nor does the guard (with or without the guard counted in the
 // size); one more page for slack.
-void note_thread_stack(uint64_t top, size_t size, size_t guard) {
+void note_thread_stack(uint64_t top, uint64_t given, size_t size, size_t guard) {
+    if (given) {
+        if (given < top) set_thread_stack(given, top);
+        return;
+    }
     if (!size) return;
     uint64_t end = reinterpret_cast<uint64_t>(pthread_self()) + (64u << 10);
     uint64_t margin = uint64_t{guard} + 4096;
@@ -438,9 +449,9 @@ void* thread_trampoline(void* p) {
     uint64_t top = reinterpret_cast<uint64_t>(__builtin_frame_address(0)) + 16;
     thread_state().stack_top = top;
     auto* pooled = static_cast<StartArgs*>(p);
-    StartArgs args{pooled->routine, pooled->arg, pooled->stack_size, pooled->guard_size, {}};
+    StartArgs args{pooled->routine, pooled->arg, pooled->given_stack, pooled->stack_size, pooled->guard_size, {}};
     pooled->used.store(false, std::memory_order_release);
-    note_thread_stack(top, args.stack_size, args.guard_size);
+    note_thread_stack(top, args.given_stack, args.stack_size, args.guard_size);
     if (recorder_active()) record_thread_start();
     return args.routine(args.arg);
 }

@@ -83,8 +83,9 @@ bool bp_matters(const FrameRule& r, bool caller_needs) {
 //     other mappings, so [lo, hi) is mapped wherever lo is a frame's sp
 //     within the rlimit below hi (__libc_stack_end, below argv and the
 //     environment);
-//   - that of a thread the program started on a stack glibc made: what
-//     set_thread_stack was told (hooks.cpp, thread_trampoline).
+//   - that of a thread the program started (on a stack glibc made or one
+//     it gave): what set_thread_stack was told (hooks.cpp,
+//     thread_trampoline).
 // Elsewhere (a thread started otherwise, a sigaltstack, a coroutine's
 // stack) the span is empty.
 struct Readable {

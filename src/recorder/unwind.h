@@ -196,9 +196,9 @@ void skip_local_keys(uint32_t walks);
 
 // The calling thread runs on a stack of which [lo, hi) is mapped for its
 // whole life (a thread the program started, on the stack glibc made for
-// it: hooks.cpp, thread_trampoline): the walk may read there where the
-// rules alone would not (unwind.cpp, readable_from). The main thread's is
-// found without this.
+// it or the one the program gave: hooks.cpp, thread_trampoline): the walk
+// may read there where the rules alone would not (unwind.cpp,
+// readable_from). The main thread's is found without this.
 void set_thread_stack(uint64_t lo, uint64_t hi);
 
 // The calling thread's exit hook: the stack cache it owns becomes free.

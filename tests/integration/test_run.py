@@ -219,23 +219,24 @@ class RunTest(HeapsnapTest):
                                  "heapsnap: stacks interned: 0 by the writer, 1 in the program's threads"], stderr)
 
     def test_frames_without_cfi_follow_the_frame_pointer(self):
-        # unwind_shapes thunks allocates 3225 times through five frames no
-        # FDE covers, on the main thread, on a thread on glibc's default
-        # stack and on one with a 1 MiB stack. Three of the frames keep a
-        # frame pointer: two assembly thunks in the program (one with a
-        # frame of two pages, whose rbp lies off the page the walk reads
-        # anyway) and a copy of the small one in anonymous memory, where a
-        # JIT's code lies (node's V8). libunwind guesses their callers by
-        # rbp, and the walk follows rbp the same way, on the main thread's
-        # stack and on the stacks glibc made for the threads (or within a
+        # unwind_shapes thunks allocates 4343 times through five frames no
+        # FDE covers, on the main thread and on three threads: on glibc's
+        # default stack, on a 1 MiB stack glibc makes and on a 1 MiB stack
+        # of the program's own. Three of the frames keep a frame pointer:
+        # two assembly thunks in the program (one with a frame of two pages,
+        # whose rbp lies off the page the walk reads anyway) and a copy of
+        # the small one in anonymous memory, where a JIT's code lies (node's
+        # V8). libunwind guesses their callers by rbp, and the walk follows
+        # rbp the same way, on every one of these stacks (or within a
         # page). In the other two rbp holds data (1) or lies 0x5000 above
         # sp, as in a JVM's compiled code, and libunwind ends the stack
         # there; so does the walk. No stack goes to libunwind: the main
         # thread's first stack is interned in the thread (the others start
         # with a ring), every other walk by the writer. While all such
-        # frames went to libunwind: "21 by the writer, 3005 in the
-        # program's threads"; before the threads' stacks were known, the
-        # two-page thunk's stacks on the threads: 403 in the threads.
+        # frames went to libunwind: "28 by the writer, 4047 in the program's
+        # threads"; while only the main thread's stack was known, the
+        # two-page thunk's stacks on the threads went there (403), and
+        # before the program's own stack was, on that thread (213).
         # The walks: at least one for each of the other 7 distinct stacks
         # of the main thread; how many more depends on the order of the
         # paths (a stack that ends at a thunk shares no frame with the
@@ -243,7 +244,7 @@ class RunTest(HeapsnapTest):
         # fall in the stack cache's buckets.
         lines, stderr = self.stack_report([program("unwind_shapes"), "thunks"], verify=True)
         self.assertEqual(len(lines), 2, stderr)
-        self.assertEqual(lines[0], "heapsnap: verify-stacks: 3225 stacks checked, 0 differ from libunwind", stderr)
+        self.assertEqual(lines[0], "heapsnap: verify-stacks: 4343 stacks checked, 0 differ from libunwind", stderr)
         interned = re.fullmatch(r"heapsnap: stacks interned: (\d+) by the writer, 1 in the program's threads", lines[1])
         self.assertIsNotNone(interned, stderr)
         self.assertGreaterEqual(int(interned.group(1)), 7, stderr)

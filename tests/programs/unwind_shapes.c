@@ -9,8 +9,9 @@
  *           paths `--unwind fp` must get right too;
  *   thunks  only 100 rounds of the five frames without CFI below
  *           (step_nocfi, step_nocfi_big, step_jit, step_nocfi_clobber,
- *           step_nocfi_huge), from main, then on a thread on glibc's
- *           default stack, then on one with a 1 MiB stack.
+ *           step_nocfi_huge), from main, then on threads on glibc's
+ *           default stack, on a 1 MiB stack glibc makes and on a 1 MiB
+ *           stack of the program's own.
  *
  * Shapes: deep recursion of varying depth through a random mix of frames
  * with and without frame pointers, alloca (variable-size frames), a
@@ -500,14 +501,20 @@ int main(int argc, char** argv) {
     heapsnap_marker("start");
     if (thunks) {
         thunk_rounds();
-        /* The same on two threads: one on glibc's default stack, one on a
-         * stack of a size asked for. */
-        pthread_attr_t sized;
+        /* The same on three threads: on glibc's default stack, on a stack
+         * of a size asked for, and on a stack of the program's own (1 MiB
+         * with a guard page at its foot). */
+        pthread_attr_t sized, given;
         pthread_attr_init(&sized);
         pthread_attr_setstacksize(&sized, 1 << 20);
-        for (uintptr_t t = 0; t < 2; ++t) {
+        char* stack = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (stack == MAP_FAILED || mprotect(stack, 4096, PROT_NONE) != 0) _exit(94);
+        pthread_attr_init(&given);
+        pthread_attr_setstack(&given, stack, 1 << 20);
+        const pthread_attr_t* attrs[] = {NULL, &sized, &given};
+        for (uintptr_t t = 0; t < 3; ++t) {
             pthread_t thread;
-            pthread_create(&thread, t ? &sized : NULL, thunk_worker, (void*)(t + 1));
+            pthread_create(&thread, attrs[t], thunk_worker, (void*)(t + 1));
             pthread_join(thread, NULL);
         }
         heapsnap_marker("end");
