@@ -172,13 +172,6 @@ struct Caller {
 #define HEAPSNAP_CALLER \
     Caller { reinterpret_cast<uint64_t>(__builtin_return_address(0)), __builtin_frame_address(0) }
 
-extern "C" void* __libc_stack_end;  // the main thread's stack top (ld.so)
-
-uint64_t stack_top() {
-    ThreadState& t = thread_state();
-    if (!t.stack_top && getpid() == gettid()) t.stack_top = reinterpret_cast<uint64_t>(__libc_stack_end);
-    return t.stack_top;
-}
 
 // The unwinders leave the recorder's own frames out (unwind.h), but walk
 // them against the limit: `depth` plus room for them. A stack keeps its
@@ -247,7 +240,7 @@ __attribute__((noinline)) uint32_t libunwind_stack_id(int max) {
 __attribute__((always_inline)) inline uint32_t capture_stack(const void* hook_frame, uint32_t* expected) {
     uint64_t ips[kMaxDepth + 8];
     int max = static_cast<int>(config().depth) + 8;
-    uint64_t top = config().unwind == hslog::UnwindMode::FramePointer ? stack_top() : 0;
+    uint64_t top = config().unwind == hslog::UnwindMode::FramePointer ? thread_stack_top() : 0;
     if (top) {
         uint32_t n = kept_frames(walk_frame_pointers(ips, max, top));
         return intern_stack(ips, n, stack_hash(ips, n));
@@ -421,9 +414,9 @@ void describe_stack(StartArgs& a, const pthread_attr_t* attr) {
     a.guard_size = guard;
 }
 
-// What of a new thread's stack the walk may read (unwind.h,
-// set_thread_stack): up to its first frame here (`top`), and down to where
-// its stack certainly goes. A stack the program gave goes down to the
+// How far below a new thread's first frame (`top`) the walk may read
+// (unwind.h, set_thread_stack): down to where its stack certainly goes;
+// `top` itself (nothing) where that is not known. A stack the program gave goes down to the
 // address it gave (a guard it keeps there lies below every frame, so below
 // any first frame of a walk on this stack). glibc (x86-64) maps the guard, then
 // the stack, and puts the thread's descriptor (pthread_self()) at the top
@@ -432,26 +425,22 @@ void describe_stack(StartArgs& a, const pthread_attr_t* attr) {
 // less than 64 KiB above the descriptor. So no usable byte lies below
 // end - size, nor does the guard (with or without the guard counted in the
 // size); one more page for slack.
-void note_thread_stack(uint64_t top, uint64_t given, size_t size, size_t guard) {
-    if (given) {
-        if (given < top) set_thread_stack(given, top);
-        return;
-    }
-    if (!size) return;
+uint64_t readable_bottom(uint64_t top, uint64_t given, size_t size, size_t guard) {
+    if (given) return given < top ? given : top;
+    if (!size) return top;
     uint64_t end = reinterpret_cast<uint64_t>(pthread_self()) + (64u << 10);
     uint64_t margin = uint64_t{guard} + 4096;
-    if (end < top || end - top + margin >= size) return;
-    set_thread_stack(end - size + margin, top);
+    if (end < top || end - top + margin >= size) return top;
+    return end - size + margin;
 }
 
 void* thread_trampoline(void* p) {
     // Frame-pointer walks of this thread end at this frame.
     uint64_t top = reinterpret_cast<uint64_t>(__builtin_frame_address(0)) + 16;
-    thread_state().stack_top = top;
     auto* pooled = static_cast<StartArgs*>(p);
     StartArgs args{pooled->routine, pooled->arg, pooled->given_stack, pooled->stack_size, pooled->guard_size, {}};
     pooled->used.store(false, std::memory_order_release);
-    note_thread_stack(top, args.given_stack, args.stack_size, args.guard_size);
+    set_thread_stack(readable_bottom(top, args.given_stack, args.stack_size, args.guard_size), top);
     if (recorder_active()) record_thread_start();
     return args.routine(args.arg);
 }

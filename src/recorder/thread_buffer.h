@@ -170,9 +170,6 @@ struct ThreadState {
     // capture itself never calls malloc): such events are recorded, with
     // a deferred stack.
     bool capturing = false;
-    // Highest address a frame-pointer walk may read on this thread's stack
-    // (0: unknown, walk with DWARF instead).
-    uint64_t stack_top = 0;
 };
 
 ThreadState& thread_state();

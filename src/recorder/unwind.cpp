@@ -93,26 +93,33 @@ struct Readable {
     uint64_t hi = 0;
 };
 
+// The calling thread's stack: its top (0: unknown) and how far down from
+// it the walk may read (lo == hi: not at all). The one record of it, for
+// the frame-pointer walk's bound (thread_stack_top) as for readable_from.
 struct ThreadStack {
-    bool known;
-    uint64_t lo, hi;  // hi 0: none known
+    uint64_t lo, hi;
 };
-__thread ThreadStack t_stack;  // initial-exec (meson.build), looked up once per thread
+__thread ThreadStack t_stack;  // initial-exec (meson.build)
 
 extern "C" void* __libc_stack_end;  // the main thread's stack top (ld.so)
 
-Readable readable_from(uint64_t sp) {
+// t_stack, the main thread's found the first time it is asked for. An
+// unknown stack is looked for again on every call: a fork child's only
+// thread is its main thread.
+const ThreadStack& thread_stack() {
     ThreadStack& m = t_stack;
-    if (!m.known) {
-        m.known = true;
-        if (getpid() == gettid()) {
-            rlimit limit{};
-            uint64_t room = 8u << 20;
-            if (getrlimit(RLIMIT_STACK, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) room = limit.rlim_cur;
-            m.hi = reinterpret_cast<uint64_t>(__libc_stack_end);
-            m.lo = m.hi > room ? m.hi - room : 0;
-        }
+    if (!m.hi && getpid() == gettid()) {
+        rlimit limit{};
+        uint64_t room = 8u << 20;
+        if (getrlimit(RLIMIT_STACK, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) room = limit.rlim_cur;
+        uint64_t hi = reinterpret_cast<uint64_t>(__libc_stack_end);
+        m = ThreadStack{hi > room ? hi - room : 0, hi};
     }
+    return m;
+}
+
+Readable readable_from(uint64_t sp) {
+    const ThreadStack& m = thread_stack();
     if (sp < m.lo || sp >= m.hi) return Readable{};
     return Readable{sp, m.hi};
 }
@@ -1091,7 +1098,9 @@ void skip_local_keys(uint32_t walks) {
         advance_local_keys(c, t_owned - 1, walks);
 }
 
-void set_thread_stack(uint64_t lo, uint64_t hi) { t_stack = ThreadStack{true, lo, hi}; }
+void set_thread_stack(uint64_t lo, uint64_t hi) { t_stack = ThreadStack{lo, hi}; }
+
+uint64_t thread_stack_top() { return thread_stack().hi; }
 
 void release_stack_cache() {
     t_released = true;

@@ -194,12 +194,17 @@ int libunwind_program_stack(uint64_t* ips, int max);
 // window's edge without 65 536 walks, the counter's wrap without 2^24).
 void skip_local_keys(uint32_t walks);
 
-// The calling thread runs on a stack of which [lo, hi) is mapped for its
-// whole life (a thread the program started, on the stack glibc made for
-// it or the one the program gave: hooks.cpp, thread_trampoline): the walk
-// may read there where the rules alone would not (unwind.cpp,
+// The calling thread runs on a stack whose top is `hi` (its first frame)
+// and of which [lo, hi) is mapped for its whole life (a thread the program
+// started, on the stack glibc made for it or the one the program gave:
+// hooks.cpp, thread_trampoline; lo == hi where that is not known): the
+// walk may read there where the rules alone would not (unwind.cpp,
 // readable_from). The main thread's is found without this.
 void set_thread_stack(uint64_t lo, uint64_t hi);
+
+// The top of the calling thread's stack (set_thread_stack, or the main
+// thread's); 0 where unknown. --unwind fp reads nothing at or above it.
+uint64_t thread_stack_top();
 
 // The calling thread's exit hook: the stack cache it owns becomes free.
 void release_stack_cache();
