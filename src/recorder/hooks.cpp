@@ -84,6 +84,8 @@ struct Real {
     int (*execvp)(const char*, char* const[]);
     int (*execvpe)(const char*, char* const[], char* const[]);
     int (*dlclose)(void*);
+    void (*exit_now)(int);    // _exit
+    void (*exit_now_c)(int);  // _Exit, the same function in glibc under C99's name
 };
 
 Real real;
@@ -135,6 +137,8 @@ __attribute__((noinline)) void resolve() {
     lookup(real.execvp, "execvp");
     lookup(real.execvpe, "execvpe");
     lookup(real.dlclose, "dlclose");
+    lookup(real.exit_now, "_exit");
+    lookup(real.exit_now_c, "_Exit");
     g_resolved.store(true, std::memory_order_release);
 }
 
@@ -718,6 +722,23 @@ HEAPSNAP_EXPORT int dlclose(void* handle) {
     }
     return real_dlclose(handle);
 }
+
+// _exit and _Exit run no destructor, so the library's, which ends the log
+// at exit, never runs: the log is ended here instead. dash leaves so on
+// every exit, lld when it is done, Python's os._exit in a fork child.
+namespace {
+
+[[noreturn]] void leave_now(void (*real_exit)(int), int status) {
+    before_underscore_exit();
+    if (real_exit) real_exit(status);
+    for (;;) syscall(SYS_exit_group, status);
+}
+
+}  // namespace
+
+HEAPSNAP_EXPORT void _exit(int status) { leave_now(ready() ? real.exit_now : nullptr, status); }
+
+HEAPSNAP_EXPORT void _Exit(int status) { leave_now(ready() ? real.exit_now_c : nullptr, status); }
 
 HEAPSNAP_EXPORT int execve(const char* path, char* const argv[], char* const envp[]) {
     if (!ready()) return -1;

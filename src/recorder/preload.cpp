@@ -11,6 +11,7 @@
 // exec; the new image starts its own log if the recorder is still preloaded.
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,6 +257,41 @@ void after_failed_exec() {
     g_state.store(ForkPending);
 }
 
+namespace {
+
+// The process whose log is being ended (finish_log).
+std::atomic<pid_t> g_finishing{0};
+
+// The end of the log of a process that leaves: the exit marker (every
+// block still live), the End record, and what HEAPSNAP_VERBOSE and
+// HEAPSNAP_VERIFY_STACKS report. Once: a thread that leaves while another
+// is ending the log (exit in one, _exit in the other) waits for it to be
+// ended, so the process does not end it halfway.
+void finish_log() {
+    pid_t self = getpid();
+    if (g_finishing.exchange(self) == self) {
+        while (g_state.load() == Active) sched_yield();
+        return;
+    }
+    writer_close_intervals();
+    take_marker(hslog::MarkerCause::Exit, "exit");
+    writer_stop(hslog::EndReason::Exit);
+    g_state.store(ShutDown);
+    if (config().verify_stacks) report_stack_verification();
+    if (config().verbose && config().unwind != hslog::UnwindMode::FramePointer) report_stack_interning();
+}
+
+}  // namespace
+
+void before_underscore_exit() {
+    // Not in a vfork child, which shares this memory (and the parent's
+    // log) until it execs or leaves; not from a signal handler that
+    // interrupted the recorder on this thread (mid_recording): that log
+    // keeps what was written and has no end, as a killed process's.
+    if (g_state.load() != Active || getpid() != g_owner || thread_state().mid_recording()) return;
+    finish_log();
+}
+
 }  // namespace heapsnap::recorder
 
 using namespace heapsnap::recorder;
@@ -272,11 +308,5 @@ __attribute__((constructor)) static void heapsnap_start() {
 // Runs from _dl_fini: after atexit handlers and the program's static
 // destructors, so the exit marker sees their frees.
 __attribute__((destructor)) static void heapsnap_finish() {
-    if (g_state.load() != Active) return;
-    writer_close_intervals();
-    take_marker(heapsnap::hslog::MarkerCause::Exit, "exit");
-    writer_stop(heapsnap::hslog::EndReason::Exit);
-    g_state.store(ShutDown);
-    if (config().verify_stacks) report_stack_verification();
-    if (config().verbose && config().unwind != heapsnap::hslog::UnwindMode::FramePointer) report_stack_interning();
+    if (g_state.load() == Active) finish_log();
 }

@@ -170,6 +170,12 @@ struct ThreadState {
     // capture itself never calls malloc): such events are recorded, with
     // a deferred stack.
     bool capturing = false;
+
+    // Inside the recorder, or inside an append to the thread's ring: a
+    // signal handler here finds the recorder's state half-made. What it
+    // appends is published with the interrupted append only, which a
+    // handler that leaves the process (_exit) never lets finish.
+    bool mid_recording() const { return internal || (ring && ring->depth); }
 };
 
 ThreadState& thread_state();

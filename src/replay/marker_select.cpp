@@ -193,7 +193,7 @@ bool after_checkpoint(const Moment& moment, const Checkpoint& c) {
 std::string why_no_exit(const std::optional<EndRecord>& end, const ReadSummary& summary) {
     if (!end) {
         if (summary.truncated) return "the process did not exit normally (the log is truncated)";
-        return "the log has no end: the process was killed, crashed, called _exit or is still running";
+        return "the log has no end: the process was killed, crashed or is still running";
     }
     switch (end->reason) {
         case hslog::EndReason::Exec:

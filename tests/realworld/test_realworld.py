@@ -45,16 +45,11 @@ def python_testsuite():
 
 
 
-# dash leaves with _exit(): no exit marker and no End record, like any
-# process that does; its logs replay `--at end`.
-ENDS_BY_UNDERSCORE_EXIT = {"dash"}
-
-
 class RealWorldTest(UnchangedTest):
     def assert_all_replay(self, logs, killed=()):
-        """Every log replays (see assert_replays): normal exit or exec, and
-        no End record only for the programs that leave with _exit, children
-        of recorded processes and those named in `killed`. Every log, even
+        """Every log replays (see assert_replays): exit (exit or _exit:
+        dash leaves every time by _exit) or exec, and no End record only
+        for children of recorded processes and those named in `killed`. Every log, even
         one of a process that died at once, has at least its Process record.
         Returns {log: markers listing}."""
         out = {}
@@ -62,11 +57,9 @@ class RealWorldTest(UnchangedTest):
         pids = {p["pid"] for p in processes.values()}
         for log in logs:
             exe = os.path.basename(processes[log]["exe"])
-            # Children of a recorded process may leave by _exit too
-            # (os._exit after fork in test_threading and test_subprocess).
+            # Children of a recorded process may be killed by it.
             child = processes[log]["ppid"] in pids
-            may_underscore_exit = exe in ENDS_BY_UNDERSCORE_EXIT or exe in killed or child
-            ended = ("exit", "exec", None) if may_underscore_exit else ("exit", "exec")
+            ended = ("exit", "exec", None) if exe in killed or child else ("exit", "exec")
             with self.subTest(log=os.path.basename(log)):
                 out[log] = self.assert_replays(log, ended=ended)
         self.assertTrue(out, "no readable log among %s" % logs)

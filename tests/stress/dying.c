@@ -1,14 +1,18 @@
-/* dying MODE — a process that ends without a normal exit: no exit marker,
- * no End record, and the log must still read back up to its last frame.
+/* dying MODE — a process that ends without a normal exit: by _exit, whose
+ * log still ends as at exit (the recorder's _exit hook), or by a signal,
+ * whose log has no exit marker and no End record and must still read back
+ * up to its last frame.
  *
  * doomed_keep() keeps 2 x malloc(2468); marker "before-death"; a 300 ms
  * pause (the writer cuts a frame right after each marker and every 100 ms,
  * so everything is on disk by then); then, by MODE:
- *   _exit   _exit(4)                    exit status 4
- *   abort   abort()                     SIGABRT: 134 from a launcher
- *   segv    a write through NULL        SIGSEGV: 139 from a launcher
- *   now     _exit(4) right after doomed_keep(): no marker, no pause (the
- *           process is gone before the writer's first frame cut)
+ *   _exit      _exit(4)                  exit status 4
+ *   abort      abort()                   SIGABRT: 134 from a launcher
+ *   segv       a write through NULL      SIGSEGV: 139 from a launcher
+ *   now        _exit(4) right after doomed_keep(): no marker, no pause
+ *              (before the writer's first frame cut)
+ *   abort-now  abort() right after doomed_keep(): the process is gone
+ *              before the writer's first frame cut
  * Before dying it prints "dying: MODE" (unbuffered write).
  *
  * Live from doomed_keep() at "before-death" and at the end of the log:
@@ -38,12 +42,16 @@ int main(int argc, char** argv) {
     if (argc != 2) return 2;
     const char* mode = argv[1];
     if (strcmp(mode, "_exit") != 0 && strcmp(mode, "abort") != 0 && strcmp(mode, "segv") != 0 &&
-        strcmp(mode, "now") != 0)
+        strcmp(mode, "now") != 0 && strcmp(mode, "abort-now") != 0)
         return 2;
     doomed_keep();
     if (strcmp(mode, "now") == 0) {
         say("dying: now\n");
         _exit(4);
+    }
+    if (strcmp(mode, "abort-now") == 0) {
+        say("dying: abort-now\n");
+        abort();
     }
     heapsnap_marker("before-death");
     struct timespec pause = {0, 300 * 1000 * 1000};

@@ -5,7 +5,7 @@ give the live bytes each program knows it keeps, to the byte.
 Threads (16 at once, handoff with realloc across threads, thousands of short
 threads), fork while other threads allocate, malloc in a signal handler,
 dlopen/dlclose churn, closing every descriptor, exit() from a thread,
-_exit/abort/SIGSEGV, vfork+exec and execl. See each program's header for
+_exit (also from a signal handler), abort/SIGSEGV, vfork+exec and execl. See each program's header for
 its numbers. Timeouts are hang detectors (a deadlocked child, a recorder
 waiting forever), not performance bounds.
 """
@@ -167,8 +167,48 @@ class StressTest(UnchangedTest):
         self.assert_replays(log, ended=("exit",))
         self.assert_site_entry(log, "0s", "exit", "thread_keep", "exit_thread.c", 6060, 2)
 
+    def run_leaving(self, argv, status, said, ended=("exit",)):
+        """argv runs as it does alone (exit status, output `said`); returns
+        its one log and what the log replays to (assert_replays)."""
+        result, logs = self.assert_unchanged(argv, status=status)
+        self.assertEqual(result.stdout, said)
+        log = self.one_log(logs)
+        return log, self.assert_replays(log, ended=ended)
+
+    # _exit runs no destructor: the recorder's _exit hook ends the log as
+    # exit does, so nothing recorded is lost (before the hook, "now" lost
+    # both blocks: they were still in the thread's ring).
+    def test_underscore_exit_ends_the_log(self):
+        for mode, markers in (("_exit", ["before-death", "exit"]), ("now", ["exit"])):
+            with self.subTest(mode=mode):
+                log, data = self.run_leaving([program("stress_dying"), mode], 4, b"dying: %s\n" % mode.encode())
+                self.assertEqual([m["label"] for m in data["markers"]], markers)
+                self.assert_site_entry(log, "0s", "exit", "doomed_keep", "dying.c", 4936, 2)
+
+    # _exit from a signal handler, wherever the main loop was (the
+    # recorder's hooks included): no hang, the program's status, and a log
+    # that replays. Where the handler interrupted the recorder on its
+    # thread, the log is left without an end (as a killed process's); else
+    # it ends as at exit, with every block the handler kept.
+    def test_underscore_exit_from_a_signal_handler(self):
+        # About half the runs end each way (30 runs: 15 and 15).
+        for _ in range(3):
+            log, data = self.run_leaving([program("stress_signal_alloc"), "_exit"], 7,
+                                         b"signal_alloc: _exit from the handler\n", ended=("exit", None))
+            if data["complete"]:
+                self.assert_site_entry(log, "0s", "exit", "handler_keep", "signal_alloc.c", 15540, 20)
+
+    # exit in one thread and _exit in another at once: the log is ended
+    # once, whole, whichever comes first (the other waits for it).
+    def test_exit_and_underscore_exit_at_once(self):
+        for _ in range(3):
+            log, data = self.run_leaving([program("stress_exit_thread"), "race"], 3,
+                                         b"exit_thread: exiting from a thread\n")
+            self.assertEqual([m["label"] for m in data["markers"]], ["exit"])
+            self.assert_site_entry(log, "0s", "exit", "thread_keep", "exit_thread.c", 6060, 2)
+
     def test_deaths_without_exit(self):
-        for mode, status in (("_exit", 4), ("abort", 128 + signal.SIGABRT), ("segv", 128 + signal.SIGSEGV)):
+        for mode, status in (("abort", 128 + signal.SIGABRT), ("segv", 128 + signal.SIGSEGV)):
             with self.subTest(mode=mode):
                 result, logs = self.assert_unchanged([program("stress_dying"), mode], status=None)
                 self.assertEqual(result.returncode, status)
@@ -180,16 +220,16 @@ class StressTest(UnchangedTest):
                 self.assert_site_entry(log, "0s", "before-death", "doomed_keep", "dying.c", 4936, 2)
                 self.assert_site_entry(log, "0s", "end", "doomed_keep", "dying.c", 4936, 2)
                 self.assert_error(["snapshot", log, "--at", "exit", "-o", self.path("x.hsnap")],
-                                  ': no marker "exit": the log has no end: the process was killed, crashed, '
-                                  'called _exit or is still running — use @end for everything the log holds; '
+                                  ': no marker "exit": the log has no end: the process was killed, crashed or is '
+                                  'still running — use @end for everything the log holds; '
                                   'markers: 1 "before-death"\n')
 
-    # A process that ends (_exit, a signal) before the writer's first timed
-    # frame cut still leaves a readable log: the Process record is written
-    # when the log is created. (Its last events may be lost, formats/hslog.md.)
-    def test_quick_exit_log_readable(self):
-        result, logs = self.assert_unchanged([program("stress_dying"), "now"], status=4)
-        self.assertEqual(result.stdout, b"dying: now\n")
+    # A process killed before the writer's first timed frame cut still
+    # leaves a readable log: the Process record is written when the log is
+    # created. (Its last events are lost, formats/hslog.md.)
+    def test_quick_death_log_readable(self):
+        result, logs = self.assert_unchanged([program("stress_dying"), "abort-now"], status=128 + signal.SIGABRT)
+        self.assertEqual(result.stdout, b"dying: abort-now\n")
         log = self.one_log(logs)
         data = self.assert_replays(log, ended=(None,))
         self.assertEqual(data["markers"], [])
