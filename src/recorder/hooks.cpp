@@ -83,6 +83,8 @@ struct Real {
     int (*execv)(const char*, char* const[]);
     int (*execvp)(const char*, char* const[]);
     int (*execvpe)(const char*, char* const[], char* const[]);
+    int (*fexecve)(int, char* const[], char* const[]);
+    int (*execveat)(int, const char*, char* const[], char* const[], int);
     int (*dlclose)(void*);
     void (*exit_now)(int);    // _exit
     void (*exit_now_c)(int);  // _Exit, the same function in glibc under C99's name
@@ -136,6 +138,8 @@ __attribute__((noinline)) void resolve() {
     lookup(real.execv, "execv");
     lookup(real.execvp, "execvp");
     lookup(real.execvpe, "execvpe");
+    lookup(real.fexecve, "fexecve");
+    lookup(real.execveat, "execveat");
     lookup(real.dlclose, "dlclose");
     lookup(real.exit_now, "_exit");
     lookup(real.exit_now_c, "_Exit");
@@ -758,6 +762,16 @@ HEAPSNAP_EXPORT int execvp(const char* file, char* const argv[]) {
 HEAPSNAP_EXPORT int execvpe(const char* file, char* const argv[], char* const envp[]) {
     if (!ready()) return -1;
     return around_exec([&] { return real.execvpe(file, argv, envp); });
+}
+
+HEAPSNAP_EXPORT int fexecve(int fd, char* const argv[], char* const envp[]) {
+    if (!ready()) return -1;
+    return around_exec([&] { return real.fexecve(fd, argv, envp); });
+}
+
+HEAPSNAP_EXPORT int execveat(int dirfd, const char* path, char* const argv[], char* const envp[], int flags) {
+    if (!ready()) return -1;
+    return around_exec([&] { return real.execveat(dirfd, path, argv, envp, flags); });
 }
 
 // The list forms take their arguments as varargs; glibc's own versions call

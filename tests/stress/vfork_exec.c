@@ -12,10 +12,15 @@
  *   then execl()s this program with "child" (no fork): the log of the
  *   pre-exec image must end with an End record of reason exec and hold the
  *   block; the new image writes its own log.
+ * With "fexecve" or "execveat": the same, through fexecve() on a
+ *   descriptor of this program, or execveat() with AT_EMPTY_PATH on one
+ *   (printing "vfork_exec: fexecve" or "vfork_exec: execveat").
  *
  * Live at exit: parent 1111 bytes from parent_keep(); child 2222 bytes from
  * child_keep(). Exit status 0; 3 if a child's status is not as expected.
  */
+#define _GNU_SOURCE  /* execveat, AT_EMPTY_PATH */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +66,18 @@ int main(int argc, char** argv) {
         printf("vfork_exec: execl\n");
         fflush(stdout);
         execl("/proc/self/exe", argv[0], "child", (char*)NULL);
+        return 3;
+    }
+    if (argc == 2 && (strcmp(argv[1], "fexecve") == 0 || strcmp(argv[1], "execveat") == 0)) {
+        exec_keep();
+        printf("vfork_exec: %s\n", argv[1]);
+        fflush(stdout);
+        int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+        char* child_argv[] = {argv[0], "child", NULL};
+        if (strcmp(argv[1], "fexecve") == 0)
+            fexecve(fd, child_argv, environ);
+        else
+            execveat(fd, "", child_argv, environ, AT_EMPTY_PATH);
         return 3;
     }
     parent_keep();
