@@ -49,6 +49,8 @@ uint64_t g_start_ns = 0;
 // memory but not our pid: it must not touch the parent's writer.
 pid_t g_owner = 0;
 pthread_key_t g_exit_key;
+// The thread ending the log (finish_log); 0: none.
+std::atomic<pid_t> g_finishing{0};
 
 // A value that does not fit is refused (out left empty, false returned),
 // never cut: a cut path names a file nobody asked for.
@@ -150,6 +152,7 @@ void after_fork_child() {
     reset_rings_after_fork();
     reset_stack_caches_after_fork();
     writer_forget_after_fork();
+    g_finishing.store(0);
     metadata_clear();
     int state = g_state.load();
     if (state == Active) g_state.store(ForkPending);
@@ -259,18 +262,19 @@ void after_failed_exec() {
 
 namespace {
 
-// The process whose log is being ended (finish_log).
-std::atomic<pid_t> g_finishing{0};
-
 // The end of the log of a process that leaves: the exit marker (every
 // block still live), the End record, and what HEAPSNAP_VERBOSE and
 // HEAPSNAP_VERIFY_STACKS report. Once: a thread that leaves while another
 // is ending the log (exit in one, _exit in the other) waits for it to be
-// ended, so the process does not end it halfway.
+// ended, so the process does not end it halfway; the thread ending it,
+// re-entered by a signal handler that leaves (_exit), does not wait for
+// itself: the log is then left as it stands.
 void finish_log() {
-    pid_t self = getpid();
-    if (g_finishing.exchange(self) == self) {
-        while (g_state.load() == Active) sched_yield();
+    pid_t self = gettid();
+    pid_t ending = 0;
+    if (!g_finishing.compare_exchange_strong(ending, self)) {
+        if (ending != self)
+            while (g_state.load() == Active) sched_yield();
         return;
     }
     writer_close_intervals();
