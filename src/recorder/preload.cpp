@@ -175,6 +175,12 @@ bool start_child_log() {
     return true;
 }
 
+// quick_exit runs the at_quick_exit handlers, the last registered first,
+// then _exit inside glibc, past the _exit hook. This handler, registered
+// as the recorder starts (before the program's), runs after them and ends
+// the log as the _exit hook does.
+void on_quick_exit() { before_underscore_exit(); }
+
 bool initialize() {
     read_config();
     if (getauxval(AT_SECURE)) {
@@ -197,6 +203,7 @@ bool initialize() {
     if (pthread_key_create(&g_exit_key, on_thread_exit) != 0) return false;
     current_thread_index();  // the thread that starts the process is thread 0
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+    at_quick_exit(on_quick_exit);
     return writer_open();
 }
 

@@ -9,6 +9,8 @@
  *   _exit      _exit(4)                  exit status 4
  *   abort      abort()                   SIGABRT: 134 from a launcher
  *   segv       a write through NULL      SIGSEGV: 139 from a launcher
+ *   quick_exit quick_exit(4), whose at_quick_exit handler frees one of
+ *              the two blocks: 2468 bytes in 1 block live at its end
  *   now        _exit(4) right after doomed_keep(): no marker, no pause
  *              (before the writer's first frame cut)
  *   abort-now  abort() right after doomed_keep(): the process is gone
@@ -33,6 +35,8 @@ __attribute__((noinline)) void doomed_keep(void) {
     for (int i = 0; i < two; ++i) kept[i] = malloc(2468); /* @site:doomed_keep */
 }
 
+static void free_one(void) { free(kept[1]); }
+
 static void say(const char* s) {
     ssize_t ignored = write(STDOUT_FILENO, s, strlen(s));
     (void)ignored;
@@ -42,7 +46,7 @@ int main(int argc, char** argv) {
     if (argc != 2) return 2;
     const char* mode = argv[1];
     if (strcmp(mode, "_exit") != 0 && strcmp(mode, "abort") != 0 && strcmp(mode, "segv") != 0 &&
-        strcmp(mode, "now") != 0 && strcmp(mode, "abort-now") != 0)
+        strcmp(mode, "now") != 0 && strcmp(mode, "abort-now") != 0 && strcmp(mode, "quick_exit") != 0)
         return 2;
     doomed_keep();
     if (strcmp(mode, "now") == 0) {
@@ -61,6 +65,10 @@ int main(int argc, char** argv) {
     say(mode);
     say("\n");
     if (strcmp(mode, "_exit") == 0) _exit(4);
+    if (strcmp(mode, "quick_exit") == 0) {
+        at_quick_exit(free_one);
+        quick_exit(4);
+    }
     if (strcmp(mode, "abort") == 0) abort();
     *nowhere = 1;
     return 1;

@@ -186,6 +186,13 @@ class StressTest(UnchangedTest):
                 self.assertEqual([m["label"] for m in data["markers"]], markers)
                 self.assert_site_entry(log, "0s", "exit", "doomed_keep", "dying.c", 4936, 2)
 
+    # quick_exit calls _exit inside glibc, past the hook: the recorder's
+    # at_quick_exit handler, which runs after the program's, ends the log.
+    def test_quick_exit_ends_the_log(self):
+        log, data = self.run_leaving([program("stress_dying"), "quick_exit"], 4, b"dying: quick_exit\n")
+        self.assertEqual([m["label"] for m in data["markers"]], ["before-death", "exit"])
+        self.assert_site_entry(log, "0s", "exit", "doomed_keep", "dying.c", 2468, 1)
+
     # _exit from a signal handler, wherever the main loop was (the
     # recorder's hooks included): no hang, the program's status, and a log
     # that replays. Where the handler interrupted the recorder on its
