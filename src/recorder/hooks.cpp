@@ -180,7 +180,6 @@ struct Caller {
 #define HEAPSNAP_CALLER \
     Caller { reinterpret_cast<uint64_t>(__builtin_return_address(0)), __builtin_frame_address(0) }
 
-
 // The unwinders leave the recorder's own frames out (unwind.h), but walk
 // them against the limit: `depth` plus room for them. A stack keeps its
 // innermost `depth` frames.

@@ -74,9 +74,10 @@ void format_uint(uint64_t v, char* out);
 // fork/exec hooks.
 void before_exec();
 void after_failed_exec();
-// _exit and _Exit: the process leaves without running its destructors, so
-// the log ends here as it does at exit (the exit marker, the End record)
-// where the recorder can run (preload.cpp).
+// _exit, _Exit (their hooks) and quick_exit (an at_quick_exit handler):
+// the process leaves without running its destructors, so the log ends
+// here as it does at exit (the exit marker, the End record) where the
+// recorder can run (preload.cpp).
 void before_underscore_exit();
 
 }  // namespace heapsnap::recorder

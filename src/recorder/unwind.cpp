@@ -75,27 +75,9 @@ bool bp_matters(const FrameRule& r, bool caller_needs) {
     return uses_bp(r) || (r.rbp_base == FrameRule::Same && caller_needs);
 }
 
-// Stack memory a walk may read unchecked beyond what the rules read: from
-// the walk's first frame (at `sp`) up to the top of the thread's stack,
-// when that frame lies on it and the thread's stack is known:
-//   - the main thread's: a stack is one mapping from its lowest frame to
-//     its top, and the kernel keeps the stack rlimit below the top free of
-//     other mappings, so [lo, hi) is mapped wherever lo is a frame's sp
-//     within the rlimit below hi (__libc_stack_end, below argv and the
-//     environment);
-//   - that of a thread the program started (on a stack glibc made or one
-//     it gave): what set_thread_stack was told (hooks.cpp,
-//     thread_trampoline).
-// Elsewhere (a thread started otherwise, a sigaltstack, a coroutine's
-// stack) the span is empty.
-struct Readable {
-    uint64_t lo = 0;
-    uint64_t hi = 0;
-};
-
 // The calling thread's stack: its top (0: unknown) and how far down from
 // it the walk may read (lo == hi: not at all). The one record of it, for
-// the frame-pointer walk's bound (thread_stack_top) as for readable_from.
+// the frame-pointer walk's bound (thread_stack_top) as for readable.
 struct ThreadStack {
     uint64_t lo, hi;
 };
@@ -118,10 +100,23 @@ const ThreadStack& thread_stack() {
     return m;
 }
 
-Readable readable_from(uint64_t sp) {
+// Whether a walk whose first frame is at `first_sp` may read [from, to)
+// unchecked beyond what the rules read: stack memory from that frame up to
+// the top of the thread's stack, when the frame lies on it and the
+// thread's stack is known:
+//   - the main thread's: a stack is one mapping from its lowest frame to
+//     its top, and the kernel keeps the stack rlimit below the top free of
+//     other mappings, so [lo, hi) is mapped wherever lo is a frame's sp
+//     within the rlimit below hi (__libc_stack_end, below argv and the
+//     environment);
+//   - that of a thread the program started (on a stack glibc made or one
+//     it gave): what set_thread_stack was told (hooks.cpp,
+//     thread_trampoline).
+// Elsewhere (a thread started otherwise, a sigaltstack, a coroutine's
+// stack) nothing is.
+bool readable(uint64_t first_sp, uint64_t from, uint64_t to) {
     const ThreadStack& m = thread_stack();
-    if (sp < m.lo || sp >= m.hi) return Readable{};
-    return Readable{sp, m.hi};
+    return first_sp >= m.lo && first_sp < m.hi && from >= first_sp && to <= m.hi;
 }
 
 // The rule a walk steps `f` with, whose rule by address is `r`. For a
@@ -150,8 +145,7 @@ constexpr FrameRule kLibunwindRule{FrameRule::Unsupported, FrameRule::Rsp, false
 const FrameRule& walk_rule(const FrameRule& r, const Frame& f, uint64_t first_sp) {
     if (r.kind != FrameRule::NoInfo || f.bp == 0 || f.bp < f.sp || f.bp - f.sp > 0x4000) return r;
     if ((f.bp + 15) >> 12 == (f.sp - 8) >> 12) return kGuessedRule;
-    const Readable readable = readable_from(first_sp);
-    return f.sp >= readable.lo && f.bp + 16 <= readable.hi ? kGuessedRule : kLibunwindRule;
+    return readable(first_sp, f.sp, f.bp + 16) ? kGuessedRule : kLibunwindRule;
 }
 
 // A frame with this rule is the stack's last. A NoInfo frame is walked as

@@ -199,7 +199,7 @@ void skip_local_keys(uint32_t walks);
 // started, on the stack glibc made for it or the one the program gave:
 // hooks.cpp, thread_trampoline; lo == hi where that is not known): the
 // walk may read there where the rules alone would not (unwind.cpp,
-// readable_from). The main thread's is found without this.
+// readable). The main thread's is found without this.
 void set_thread_stack(uint64_t lo, uint64_t hi);
 
 // The top of the calling thread's stack (set_thread_stack, or the main
