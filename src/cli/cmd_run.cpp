@@ -6,6 +6,10 @@
 // children, appends its log path to a private file the launcher made, so
 // the launcher can name all logs when the program ends. The launcher exits
 // with the program's status, or 128+signal if the program was killed.
+// --no-follow (HEAPSNAP_FOLLOW=0) records the program's own process image
+// alone, as heaptrack does and valgrind without --trace-children: the
+// recorder takes itself out of the environment the program passes on, and
+// a fork child stops recording (src/recorder/preload.cpp).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -32,6 +36,7 @@ struct RunOptions {
     std::string unwind = "auto";
     unsigned depth = 64;
     uint64_t sample_bytes = 0;
+    bool no_follow = false;
     std::vector<std::string> command;
 };
 
@@ -126,6 +131,10 @@ int run(const RunOptions& o) {
         setenv("HEAPSNAP_INTERVAL", std::to_string(o.interval).c_str(), 1);
     else
         unsetenv("HEAPSNAP_INTERVAL");
+    if (o.no_follow)
+        setenv("HEAPSNAP_FOLLOW", "0", 1);
+    else
+        unsetenv("HEAPSNAP_FOLLOW");
 
     std::vector<char*> argv;
     for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
@@ -188,6 +197,9 @@ void setup_run(CLI::App& app, Action& action) {
                     "G = KiB, MiB, GiB. Default: every allocation")
         ->transform(CLI::AsSizeValue(false))
         ->check(CLI::Range(uint64_t{1}, hslog::kMaxSampleBytes));
+    sub->add_flag("--no-follow", o->no_follow,
+                  "Record PROGRAM's own process only: not the children it forks, nor the programs it or they "
+                  "exec (as heaptrack)");
     sub->add_option("command", o->command, "PROGRAM [ARGS...], after --")->required();
     sub->footer("Example:\n  heapsnap run -- ./server --port 8080\n  heapsnap run -o /tmp/app.%p.hslog --interval 5 -- ./app");
     sub->callback([o, &action] { action = [o] { return run(*o); }; });

@@ -30,6 +30,7 @@ struct Config {
     bool verbose;                      // HEAPSNAP_VERBOSE
     uint64_t sample_bytes;             // HEAPSNAP_SAMPLE_BYTES, 0 = record every allocation
     bool verify_stacks;                // HEAPSNAP_VERIFY_STACKS (hooks.cpp, verify_stack)
+    bool follow;                       // HEAPSNAP_FOLLOW (1): record fork children and exec'd programs
 };
 
 const Config& config();

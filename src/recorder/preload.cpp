@@ -9,13 +9,20 @@
 // frees of untracked blocks (formats/hslog.md).
 // Exec: the log is completed (End record, reason "exec") before the real
 // exec; the new image starts its own log if the recorder is still preloaded.
+// HEAPSNAP_FOLLOW=0 (heapsnap run --no-follow): the first image alone is
+// recorded. The recorder takes itself out of the environment as it starts
+// (leave_environment), so nothing the program execs loads it, and a fork
+// child stops recording, without a log.
+#include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/stat.h>
 // Local unwinding only: the _UL* entry points of libunwind.
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
@@ -111,10 +118,67 @@ void read_config() {
         else if (strcmp(v, "dwarf") != 0 && strcmp(v, "auto") != 0)
             diagnostic("ignoring HEAPSNAP_UNWIND=", v, " (expected dwarf, fp or auto)");
     }
+    g_config.follow = true;
+    if (const char* v = getenv("HEAPSNAP_FOLLOW"); v && *v) {
+        if (strcmp(v, "0") == 0)
+            g_config.follow = false;
+        else if (strcmp(v, "1") != 0)
+            diagnostic("ignoring HEAPSNAP_FOLLOW=", v, " (expected 0 or 1)");
+    }
     const char* verbose = getenv("HEAPSNAP_VERBOSE");
     g_config.verbose = verbose && *verbose && strcmp(verbose, "0") != 0;
     const char* verify = getenv("HEAPSNAP_VERIFY_STACKS");
     g_config.verify_stacks = verify && *verify && strcmp(verify, "0") != 0;
+}
+
+// Whether the LD_PRELOAD entry `entry` names this library, whose link
+// map name is `own` (as ld.so found it): the same file, or for a name
+// without a slash, which ld.so looks up in its search path, the same file
+// name.
+bool names_this_library(const char* entry, const char* own) {
+    const char* own_base = strrchr(own, '/');
+    own_base = own_base ? own_base + 1 : own;
+    if (!strchr(entry, '/')) return strcmp(entry, own_base) == 0;
+    struct stat a, b;
+    if (stat(entry, &a) != 0 || stat(own, &b) != 0) return strcmp(entry, own) == 0;
+    return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+// HEAPSNAP_FOLLOW=0: what the program passes on to the programs it execs
+// no longer names the recorder: its LD_PRELOAD entry goes (the others
+// stay, in their order, ':'-separated) and so do the variables the
+// launcher set. In place and through unsetenv, which allocate nothing:
+// this runs from the process's first allocation. The program sees its
+// environment as it would without the recorder.
+void leave_environment() {
+    static const char* const kLauncherVariables[] = {"HEAPSNAP_OUTPUT", "HEAPSNAP_PATHS_FILE",   "HEAPSNAP_DEPTH",
+                                                     "HEAPSNAP_UNWIND", "HEAPSNAP_SAMPLE_BYTES", "HEAPSNAP_INTERVAL",
+                                                     "HEAPSNAP_FOLLOW"};
+    for (const char* name : kLauncherVariables) unsetenv(name);
+    char* preload = getenv("LD_PRELOAD");
+    dl_find_object found;
+    if (!preload || _dl_find_object(reinterpret_cast<void*>(&leave_environment), &found) != 0) return;
+    const char* own = found.dlfo_link_map->l_name;
+    char* out = preload;
+    const char* in = preload;
+    while (*(in += strspn(in, " :"))) {
+        size_t n = strcspn(in, " :");
+        char entry[kMaxPathLen];
+        bool ours = false;
+        if (n < sizeof entry) {
+            memcpy(entry, in, n);
+            entry[n] = 0;
+            ours = names_this_library(entry, own);
+        }
+        if (!ours) {
+            if (out != preload) *out++ = ':';
+            memmove(out, in, n);
+            out += n;
+        }
+        in += n;
+    }
+    *out = 0;
+    if (out == preload) unsetenv("LD_PRELOAD");
 }
 
 void on_thread_exit(void*) {
@@ -155,7 +219,7 @@ void after_fork_child() {
     g_finishing.store(0);
     metadata_clear();
     int state = g_state.load();
-    if (state == Active) g_state.store(ForkPending);
+    if (state == Active) g_state.store(g_config.follow ? ForkPending : Disabled);
     thread_state().internal--;
 }
 
@@ -183,6 +247,7 @@ void on_quick_exit() { before_underscore_exit(); }
 
 bool initialize() {
     read_config();
+    if (!g_config.follow) leave_environment();
     if (getauxval(AT_SECURE)) {
         diagnostic("refusing to record a setuid/setgid program (secure-execution mode); recording disabled");
         return false;

@@ -1,11 +1,12 @@
-"""fork (forker.c: the child gets its own log with its own exact numbers)
-and dlopen/dlclose (dlopen_host.c + leaky_plugin.c: a leak from an unloaded
+"""fork (forker.c: the child gets its own log with its own exact numbers;
+with --no-follow, none, and nothing the program execs is recorded) and
+dlopen/dlclose (dlopen_host.c + leaky_plugin.c: a leak from an unloaded
 plugin still names the plugin's function and line)."""
 
 import collections
 import os
 
-from harness import PLUGIN, HeapsnapTest, main
+from harness import PLUGIN, HeapsnapTest, main, program
 
 
 class ForkTest(HeapsnapTest):
@@ -61,6 +62,50 @@ class ForkTest(HeapsnapTest):
         self.assert_site(cross, "child_leak", "forker.c", "child_leak", 9999, 3, old_bytes=0)
         self.assert_site(cross, "parent_keep", "forker.c", "parent_keep", -2000, -2, old_bytes=2000)
         self.assert_site(cross, "parent_after", "forker.c", "parent_after", -50, -1, old_bytes=50)
+
+
+class NoFollowTest(HeapsnapTest):
+    def process(self, log):
+        return self.dump(log)[0][1]
+
+    def test_fork_child_not_recorded(self):
+        log = self.single_log("forker", options=("--no-follow",))
+        # forker exits 0 only if its child exited 0.
+        self.assertEqual(os.path.basename(self.process(log)["exe"]), "forker")
+        self.assertTrue(self.markers(log)["complete"])
+        p = self.marker(log, "exit")
+        self.assertEqual((p["live_bytes"], p["live_blocks"]), (2050, 3))
+        sizes = sorted(int(f["size"]) for kind, f in self.dump(log) if kind == "alloc")
+        self.assertEqual(sizes, [50, 1000, 1000])
+
+    def shell(self, *options):
+        """sh runs alloc_pattern, then prints what env sees of the recorder
+        (HEAPSNAP_PRELOAD_LIB, which the suite sets for the launcher, aside),
+        and leaves with status 3; the user's own LD_PRELOAD entries come
+        after the recorder's."""
+        with open(self.path("script.sh"), "w") as f:
+            f.write('"$1" >/dev/null || exit 9\n'
+                    'env | grep -E "^(LD_PRELOAD|HEAPSNAP_)" | grep -v "^HEAPSNAP_PRELOAD_LIB=" | sort\n'
+                    'exit 3\n')
+        result = self.heapsnap("run", *options, "--", "/bin/sh", "script.sh", program("alloc_pattern"), expect=3,
+                               env={"LD_PRELOAD": "libc.so.6 libm.so.6"})
+        exes = [os.path.basename(self.process(log)["exe"]) for log in self.logs_of(result.stderr)]
+        return exes, result.stdout
+
+    def test_exec_not_recorded(self):
+        exes, env = self.shell("--no-follow")
+        self.assertEqual(exes, [os.path.basename(os.path.realpath("/bin/sh"))])
+        # The recorder's entry is gone, the user's stay in order; none of
+        # the launcher's variables is passed on.
+        self.assertEqual(env, "LD_PRELOAD=libc.so.6:libm.so.6\n")
+
+    def test_exec_recorded_by_default(self):
+        exes, env = self.shell()
+        self.assertIn("alloc_pattern", exes)
+        self.assertIn("env", exes)
+        lines = env.splitlines()
+        self.assertTrue(lines[0].startswith("HEAPSNAP_DEPTH=64"), lines)
+        self.assertTrue(lines[-1].endswith("libheapsnap_preload.so:libc.so.6 libm.so.6"), lines)
 
 
 class DlopenTest(HeapsnapTest):

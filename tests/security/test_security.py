@@ -203,6 +203,7 @@ class EnvironmentTest(HeapsnapTest):
         cases += [("HEAPSNAP_INTERVAL", v, "expected seconds from 0.001 to 86400")
                   for v in ("nan", "inf", "-1", "0", "1e999", "abc", "0.0001", "86401", "5s")]
         cases += [("HEAPSNAP_UNWIND", v, "expected dwarf") for v in ("bogus", "DWARF", "")]
+        cases += [("HEAPSNAP_FOLLOW", v, "expected 0 or 1") for v in ("no", "false", "00", " 0")]
         for name, value, hint in cases:
             if value == "":
                 continue  # empty means unset: the default
