@@ -2,6 +2,7 @@
 // and for tests. The line format is in man/heapsnap-dump.1.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -24,12 +25,22 @@ std::string quoted(const std::string& s) {
     for (char c : s) {
         if (c == '"' || c == '\\')
             out += std::string("\\") + c;
-        else if (static_cast<unsigned char>(c) < 0x20)
+        else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
             out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
         else
             out += c;
     }
     return out + "\"";
+}
+
+// A path or command line as it is where a parser splitting on spaces reads
+// it back whole; quoted() where it could not: empty, or with a space, a
+// double quote, a backslash or a control character in it.
+std::string field_text(const std::string& s) {
+    bool plain = !s.empty() && std::none_of(s.begin(), s.end(), [](char c) {
+        return static_cast<unsigned char>(c) <= 0x20 || c == '"' || c == '\\' || c == 0x7f;
+    });
+    return plain ? s : quoted(s);
 }
 
 class Dumper : public LogVisitor {
@@ -39,12 +50,12 @@ public:
         std::string argv;
         for (const auto& a : p.argv) argv += (argv.empty() ? "" : ",") + a;
         line(fmt::format("process pid={} ppid={} uid={} exe={} version={} depth={} unwind={} argv={}", p.pid, p.ppid,
-                         p.uid, p.exe, p.recorder_version, p.max_depth,
-                         p.unwind == hslog::UnwindMode::Dwarf ? "dwarf" : "fp", argv));
+                         p.uid, field_text(p.exe), p.recorder_version, p.max_depth,
+                         p.unwind == hslog::UnwindMode::Dwarf ? "dwarf" : "fp", field_text(argv)));
     }
     void on_module_load(const ModuleRecord& m) override {
         line(fmt::format("module id={} t={} bias={:#x} start={:#x} end={:#x} build_id={} path={}", m.id,
-                         secs(start_ + m.time_ns), m.load_bias, m.start, m.end, hex(m.build_id), m.path));
+                         secs(start_ + m.time_ns), m.load_bias, m.start, m.end, hex(m.build_id), field_text(m.path)));
     }
     void on_module_unload(uint32_t module, uint64_t t) override {
         line(fmt::format("module-unload id={} t={}", module, secs(start_ + t)));

@@ -74,6 +74,26 @@ class RunTest(HeapsnapTest):
         text = self.heapsnap("markers", log).stdout
         self.assertIn("exit", text)
 
+    def test_dump_quotes_paths(self):
+        # A path with a space or a quote comes in double quotes, escaped as
+        # a label is; a plain one as it is.
+        folder = self.path("dir with space")
+        os.mkdir(folder)
+        exe = os.path.join(folder, 'alloc "pattern"')
+        shutil.copy(program("alloc_pattern"), exe)
+        result = self.heapsnap("run", "--", exe, "7", expect=7)
+        (log,) = self.logs_of(result.stderr)
+        text = self.heapsnap("dump", log).stdout
+        escaped = exe.replace('"', '\\"')
+        self.assertIn(' exe="%s" ' % escaped, text.splitlines()[0])
+        self.assertTrue(text.splitlines()[0].endswith(' argv="%s,7"' % escaped), text.splitlines()[0])
+        records = self.dump(log)
+        self.assertEqual(records[0][1]["exe"], exe)
+        self.assertEqual(records[0][1]["argv"], exe + ",7")
+        modules = [f["path"] for kind, f in records if kind == "module"]
+        self.assertEqual(modules[0], exe)
+        self.assertIn("linux-vdso.so.1", modules)
+
     def test_dump_alloc_pattern(self):
         log = self.single_log("alloc_pattern")
         records = self.dump(log)
