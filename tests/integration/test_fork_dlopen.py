@@ -6,7 +6,7 @@ plugin still names the plugin's function and line)."""
 import collections
 import os
 
-from harness import PLUGIN, HeapsnapTest, main, program
+from harness import PLUGIN, PRELOAD, HeapsnapTest, main, program
 
 
 class ForkTest(HeapsnapTest):
@@ -78,26 +78,27 @@ class NoFollowTest(HeapsnapTest):
         sizes = sorted(int(f["size"]) for kind, f in self.dump(log) if kind == "alloc")
         self.assertEqual(sizes, [50, 1000, 1000])
 
-    def shell(self, *options):
-        """sh runs alloc_pattern, then prints what env sees of the recorder
-        (HEAPSNAP_PRELOAD_LIB, which the suite sets for the launcher, aside),
-        and leaves with status 3; the user's own LD_PRELOAD entries come
-        after the recorder's."""
+    def script(self):
+        """sh runs alloc_pattern (its $1), then prints what env sees of the
+        recorder (HEAPSNAP_PRELOAD_LIB, which the suite sets for the
+        launcher, aside), and leaves with status 3."""
         with open(self.path("script.sh"), "w") as f:
             f.write('"$1" >/dev/null || exit 9\n'
                     'env | grep -E "^(LD_PRELOAD|HEAPSNAP_)" | grep -v "^HEAPSNAP_PRELOAD_LIB=" | sort\n'
                     'exit 3\n')
-        result = self.heapsnap("run", *options, "--", "/bin/sh", "script.sh", program("alloc_pattern"), expect=3,
-                               env={"LD_PRELOAD": "libc.so.6 libm.so.6"})
+        return ["/bin/sh", "script.sh", program("alloc_pattern")]
+
+    def shell(self, *options):
+        result = self.heapsnap("run", *options, "--", *self.script(), expect=3)
         exes = [os.path.basename(self.process(log)["exe"]) for log in self.logs_of(result.stderr)]
         return exes, result.stdout
 
     def test_exec_not_recorded(self):
         exes, env = self.shell("--no-follow")
         self.assertEqual(exes, [os.path.basename(os.path.realpath("/bin/sh"))])
-        # The recorder's entry is gone, the user's stay in order; none of
-        # the launcher's variables is passed on.
-        self.assertEqual(env, "LD_PRELOAD=libc.so.6:libm.so.6\n")
+        # Neither the recorder's LD_PRELOAD nor the launcher's variables
+        # are passed on.
+        self.assertEqual(env, "")
 
     def test_exec_recorded_by_default(self):
         exes, env = self.shell()
@@ -105,7 +106,19 @@ class NoFollowTest(HeapsnapTest):
         self.assertIn("env", exes)
         lines = env.splitlines()
         self.assertTrue(lines[0].startswith("HEAPSNAP_DEPTH=64"), lines)
-        self.assertTrue(lines[-1].endswith("libheapsnap_preload.so:libc.so.6 libm.so.6"), lines)
+        self.assertEqual(lines[-1], "LD_PRELOAD=" + PRELOAD)
+
+    def test_other_preloads_kept(self):
+        # Plain LD_PRELOAD (an ASan launcher could not take these entries
+        # in front of its runtime): the recorder's entry goes, the others
+        # stay in their order.
+        env = {"LD_PRELOAD": "libc.so.6 %s:libm.so.6" % PRELOAD, "HEAPSNAP_FOLLOW": "0",
+               "HEAPSNAP_OUTPUT": self.path("%e.%p.hslog")}
+        result = self.run_cmd(self.script(), expect=3, env=env)
+        self.assertEqual(result.stdout, "LD_PRELOAD=libc.so.6:libm.so.6\n")
+        logs = [f for f in os.listdir(self.tmp) if f.endswith(".hslog")]
+        self.assertEqual(len(logs), 1, logs)
+        self.assertEqual(self.process(self.path(logs[0]))["exe"], os.path.realpath("/bin/sh"))
 
 
 class DlopenTest(HeapsnapTest):
