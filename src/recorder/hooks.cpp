@@ -86,6 +86,7 @@ struct Real {
     int (*fexecve)(int, char* const[], char* const[]);
     int (*execveat)(int, const char*, char* const[], char* const[], int);
     int (*dlclose)(void*);
+    int (*daemon)(int, int);
     void (*exit_now)(int);    // _exit
     void (*exit_now_c)(int);  // _Exit, the same function in glibc under C99's name
 };
@@ -141,6 +142,7 @@ __attribute__((noinline)) void resolve() {
     lookup(real.fexecve, "fexecve");
     lookup(real.execveat, "execveat");
     lookup(real.dlclose, "dlclose");
+    lookup(real.daemon, "daemon");
     lookup(real.exit_now, "_exit");
     lookup(real.exit_now_c, "_Exit");
     g_resolved.store(true, std::memory_order_release);
@@ -738,6 +740,20 @@ namespace {
 }
 
 }  // namespace
+
+// daemon(3) forks, and its parent leaves by _exit inside glibc, past the
+// hook above: that log is ended by the fork's parent handler instead
+// (preload.cpp, before_daemon).
+HEAPSNAP_EXPORT int daemon(int nochdir, int noclose) {
+    auto real_daemon = ready() && real.daemon ? real.daemon
+                                              : reinterpret_cast<int (*)(int, int)>(dlsym(RTLD_NEXT, "daemon"));
+    before_daemon();
+    int r = real_daemon(nochdir, noclose);
+    int saved = errno;
+    after_daemon(r);
+    errno = saved;
+    return r;
+}
 
 HEAPSNAP_EXPORT void _exit(int status) { leave_now(ready() ? real.exit_now : nullptr, status); }
 

@@ -80,5 +80,12 @@ void after_failed_exec();
 // here as it does at exit (the exit marker, the End record) where the
 // recorder can run (preload.cpp).
 void before_underscore_exit();
+// daemon(3) (its hook): the parent of its fork leaves by _exit inside
+// glibc, past the _exit hook, so the fork's parent handler ends the log
+// as before_underscore_exit does. If daemon fails in the process whose
+// log that was (its fork did), recording goes on in a new log, as after a
+// failed exec.
+void before_daemon();
+void after_daemon(int result);
 
 }  // namespace heapsnap::recorder

@@ -58,6 +58,8 @@ pid_t g_owner = 0;
 pthread_key_t g_exit_key;
 // The thread ending the log (finish_log); 0: none.
 std::atomic<pid_t> g_finishing{0};
+// Inside daemon(3) on this thread: a fork's parent then leaves at once.
+__thread bool t_in_daemon;  // initial-exec (meson.build)
 
 // A value that does not fit is refused (out left empty, false returned),
 // never cut: a cut path names a file nobody asked for.
@@ -207,6 +209,7 @@ void after_fork_parent() {
     stack_insert_lock().unlock();
     registry_lock().unlock();
     thread_state().internal--;
+    if (t_in_daemon) before_underscore_exit();
 }
 
 void after_fork_child() {
@@ -217,6 +220,7 @@ void after_fork_child() {
     reset_stack_caches_after_fork();
     writer_forget_after_fork();
     g_finishing.store(0);
+    t_in_daemon = false;
     metadata_clear();
     int state = g_state.load();
     if (state == Active) g_state.store(g_config.follow ? ForkPending : Disabled);
@@ -326,10 +330,23 @@ void before_exec() {
     g_state.store(ShutDown);
 }
 
-void after_failed_exec() {
-    if (g_state.load() != ShutDown || getpid() != g_owner) return;
-    // The exec failed and the program goes on: continue in a new log.
-    g_state.store(ForkPending);
+namespace {
+
+// This process's log was ended for a process that goes on after all (an
+// exec or a daemon(3) that failed): recording continues in a new log.
+void continue_in_new_log() {
+    if (g_state.load() == ShutDown && getpid() == g_owner) g_state.store(ForkPending);
+}
+
+}  // namespace
+
+void after_failed_exec() { continue_in_new_log(); }
+
+void before_daemon() { t_in_daemon = true; }
+
+void after_daemon(int result) {
+    t_in_daemon = false;
+    if (result != 0) continue_in_new_log();
 }
 
 namespace {

@@ -64,6 +64,32 @@ class ForkTest(HeapsnapTest):
         self.assert_site(cross, "parent_after", "forker.c", "parent_after", -50, -1, old_bytes=50)
 
 
+class DaemonTest(HeapsnapTest):
+    def test_daemon_parent_log_ends(self):
+        # daemon(3)'s parent leaves by _exit inside glibc: its log ends
+        # all the same, with its exit marker. The daemon keeps the pipes,
+        # so the run returns once it has exited too; its log may be
+        # opened after the launcher lists the logs, so the folder is read.
+        result = self.heapsnap("run", "--", program("daemonizer"))
+        self.assertEqual(result.stdout, "daemon done\n")
+        logs = sorted(self.path(f) for f in os.listdir(self.tmp) if f.endswith(".hslog"))
+        self.assertEqual(len(logs), 2, logs)
+        live = {}
+        for log in logs:
+            data = self.markers(log)
+            self.assertTrue(data["complete"], log)
+            self.assertEqual([m["label"] for m in data["markers"]], ["exit"], log)
+            exit_marker = data["markers"][0]
+            live[exit_marker["live_bytes"]] = log
+            self.assertEqual(exit_marker["live_blocks"], 1, log)
+            kind, end = self.dump(log)[-1]
+            self.assertEqual((kind, end["reason"]), ("end", "exit"), log)
+        self.assertEqual(sorted(live), [1111, 2222])
+        for size, site in ((1111, "parent_keep"), (2222, "child_keep")):
+            diff = self.diff(live[size] + "@0s", live[size] + "@exit")
+            self.assert_site(diff, site, "daemonizer.c", site, size, 1, old_bytes=0)
+
+
 class NoFollowTest(HeapsnapTest):
     def process(self, log):
         return self.dump(log)[0][1]
