@@ -133,17 +133,23 @@ void read_config() {
     g_config.verify_stacks = verify && *verify && strcmp(verify, "0") != 0;
 }
 
-// Whether the LD_PRELOAD entry `entry` names this library, whose link
-// map name is `own` (as ld.so found it): the same file, or for a name
-// without a slash, which ld.so looks up in its search path, the same file
-// name.
-bool names_this_library(const char* entry, const char* own) {
-    const char* own_base = strrchr(own, '/');
-    own_base = own_base ? own_base + 1 : own;
-    if (!strchr(entry, '/')) return strcmp(entry, own_base) == 0;
-    struct stat a, b;
-    if (stat(entry, &a) != 0 || stat(own, &b) != 0) return strcmp(entry, own) == 0;
-    return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+// This library as ld.so found it: its link map name, and that file's
+// identity where it can be looked up.
+struct OwnLibrary {
+    const char* path;
+    const char* base;  // its file name
+    bool known;        // file holds its device and inode
+    struct stat file;
+};
+
+// Whether the LD_PRELOAD entry `entry` names this library: the same file,
+// or for a name without a slash, which ld.so looks up in its search path,
+// the same file name.
+bool names_this_library(const char* entry, const OwnLibrary& own) {
+    if (!strchr(entry, '/')) return strcmp(entry, own.base) == 0;
+    struct stat file;
+    if (!own.known || stat(entry, &file) != 0) return strcmp(entry, own.path) == 0;
+    return file.st_dev == own.file.st_dev && file.st_ino == own.file.st_ino;
 }
 
 // HEAPSNAP_FOLLOW=0: what the program passes on to the programs it execs
@@ -160,7 +166,10 @@ void leave_environment() {
     char* preload = getenv("LD_PRELOAD");
     dl_find_object found;
     if (!preload || _dl_find_object(reinterpret_cast<void*>(&leave_environment), &found) != 0) return;
-    const char* own = found.dlfo_link_map->l_name;
+    OwnLibrary own{found.dlfo_link_map->l_name, nullptr, false, {}};
+    const char* slash = strrchr(own.path, '/');
+    own.base = slash ? slash + 1 : own.path;
+    own.known = stat(own.path, &own.file) == 0;
     char* out = preload;
     const char* in = preload;
     while (*(in += strspn(in, " :"))) {
