@@ -20,12 +20,14 @@ std::string hex(std::string_view bytes) {
     return out;
 }
 
+bool is_control(char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }
+
 std::string quoted(const std::string& s) {
     std::string out = "\"";
     for (char c : s) {
         if (c == '"' || c == '\\')
             out += std::string("\\") + c;
-        else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+        else if (is_control(c))
             out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
         else
             out += c;
@@ -38,7 +40,7 @@ std::string quoted(const std::string& s) {
 // double quote, a backslash or a control character in it.
 std::string field_text(const std::string& s) {
     bool plain = !s.empty() && std::none_of(s.begin(), s.end(), [](char c) {
-        return static_cast<unsigned char>(c) <= 0x20 || c == '"' || c == '\\' || c == 0x7f;
+        return is_control(c) || c == ' ' || c == '"' || c == '\\';
     });
     return plain ? s : quoted(s);
 }
