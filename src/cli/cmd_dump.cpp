@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "format/log_reader.h"
@@ -22,38 +24,59 @@ std::string hex(std::string_view bytes) {
 
 bool is_control(char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }
 
-std::string quoted(const std::string& s) {
-    std::string out = "\"";
+// What quoted() writes between its quotes; `comma` escaped too (\x2c)
+// where commas separate the items of a list (argv).
+std::string escaped(const std::string& s, bool comma = false) {
+    std::string out;
     for (char c : s) {
         if (c == '"' || c == '\\')
             out += std::string("\\") + c;
-        else if (is_control(c))
+        else if (is_control(c) || (comma && c == ','))
             out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
         else
             out += c;
     }
-    return out + "\"";
+    return out;
 }
 
-// A path or command line as it is where a parser splitting on spaces reads
-// it back whole; quoted() where it could not: empty, or with a space, a
-// double quote, a backslash or a control character in it.
-std::string field_text(const std::string& s) {
-    bool plain = !s.empty() && std::none_of(s.begin(), s.end(), [](char c) {
+std::string quoted(const std::string& s) { return "\"" + escaped(s) + "\""; }
+
+// What a parser splitting on spaces can read back whole as it is: not
+// empty, no space, double quote, backslash or control character.
+bool plain(const std::string& s) {
+    return !s.empty() && std::none_of(s.begin(), s.end(), [](char c) {
         return is_control(c) || c == ' ' || c == '"' || c == '\\';
     });
-    return plain ? s : quoted(s);
+}
+
+// A path as it is where it is plain(); quoted() where it is not.
+std::string field_text(const std::string& s) { return plain(s) ? s : quoted(s); }
+
+// A command line, its arguments joined with commas: as they are where
+// that is plain() and no argument has a comma of its own; otherwise
+// quoted, each argument escaped as quoted() does and its own commas as
+// \x2c, so that splitting the unquoted text on commas gives the arguments
+// back.
+std::string argv_text(const std::vector<std::string>& argv) {
+    std::string joined;
+    bool commas = false;
+    for (const auto& a : argv) {
+        joined += (&a == argv.data() ? "" : ",") + a;
+        commas = commas || a.find(',') != std::string::npos;
+    }
+    if (plain(joined) && !commas) return joined;
+    std::string out = "\"";
+    for (const auto& a : argv) out += (&a == argv.data() ? "" : ",") + escaped(a, true);
+    return out + "\"";
 }
 
 class Dumper : public LogVisitor {
 public:
     void on_process(const ProcessInfo& p) override {
         start_ = p.start_ns;
-        std::string argv;
-        for (const auto& a : p.argv) argv += (argv.empty() ? "" : ",") + a;
         line(fmt::format("process pid={} ppid={} uid={} exe={} version={} depth={} unwind={} argv={}", p.pid, p.ppid,
                          p.uid, field_text(p.exe), p.recorder_version, p.max_depth,
-                         p.unwind == hslog::UnwindMode::Dwarf ? "dwarf" : "fp", field_text(argv)));
+                         p.unwind == hslog::UnwindMode::Dwarf ? "dwarf" : "fp", argv_text(p.argv)));
     }
     void on_module_load(const ModuleRecord& m) override {
         line(fmt::format("module id={} t={} bias={:#x} start={:#x} end={:#x} build_id={} path={}", m.id,

@@ -66,6 +66,22 @@ def entries_with(diff, function):
     return [e for e in diff["entries"] if frame_index(e, function) >= 0]
 
 
+def unescape(body):
+    """The text `heapsnap dump` escaped between double quotes (\\", \\\\,
+    \\xNN) as it was."""
+    return re.sub(r'\\(x[0-9a-f]{2}|["\\])', lambda m: chr(int(m.group(1)[1:], 16)) if len(m.group(1)) == 3 else m.group(1),
+                  body)
+
+
+def split_argv(value):
+    """The arguments of a dump's argv= field as printed (quoted or not):
+    split on commas first, then unescaped (an argument's own comma is
+    \\x2c)."""
+    if value.startswith('"'):
+        return [unescape(a) for a in value[1:-1].split(",")]
+    return value.split(",")
+
+
 def parse_dump(text):
     """`heapsnap dump` output as a list of (kind, {field: value}); quoted
     values are unquoted."""
@@ -77,7 +93,7 @@ def parse_dump(text):
         fields = {}
         for key, value in FIELD.findall(rest):
             if value.startswith('"'):
-                value = json.loads(value)
+                value = unescape(value[1:-1])
             fields[key] = value
         records.append((kind, fields))
     return records

@@ -8,7 +8,7 @@ import shutil
 import stat
 import time
 
-from harness import HEAPSNAP, PAGE, PRELOAD, Growth, HeapsnapTest, main, program
+from harness import FIELD, HEAPSNAP, PAGE, PRELOAD, Growth, HeapsnapTest, main, program, split_argv
 
 # alloc_pattern.c, live at exit.
 LIVE_BYTES = 20348
@@ -93,6 +93,21 @@ class RunTest(HeapsnapTest):
         modules = [f["path"] for kind, f in records if kind == "module"]
         self.assertEqual(modules[0], exe)
         self.assertIn("linux-vdso.so.1", modules)
+
+    def test_dump_argv_commas(self):
+        # An argument's own comma is escaped (\x2c) inside quotes, so that
+        # splitting argv on commas gives the arguments back; a plain
+        # command line stays as it is.
+        exe = program("alloc_pattern")
+        result = self.heapsnap("run", "--", exe, "5", "a,b", "", "c\\d", expect=5)
+        (log,) = self.logs_of(result.stderr)
+        first = self.heapsnap("dump", log).stdout.splitlines()[0]
+        self.assertTrue(first.endswith(' argv="%s,5,a\\x2cb,,c\\\\d"' % exe), first)
+        argv = dict(FIELD.findall(first))["argv"]
+        self.assertEqual(split_argv(argv), [exe, "5", "a,b", "", "c\\d"])
+        result = self.heapsnap("run", "--", exe, "5", "x", expect=5)
+        (log,) = self.logs_of(result.stderr)
+        self.assertTrue(self.heapsnap("dump", log).stdout.splitlines()[0].endswith(" argv=%s,5,x" % exe))
 
     def test_dump_alloc_pattern(self):
         log = self.single_log("alloc_pattern")
