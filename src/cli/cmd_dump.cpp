@@ -52,22 +52,25 @@ bool plain(const std::string& s) {
 // A path as it is where it is plain(); quoted() where it is not.
 std::string field_text(const std::string& s) { return plain(s) ? s : quoted(s); }
 
+// The items of a list joined with commas, each as `text` writes it.
+template <class Text>
+std::string comma_joined(const std::vector<std::string>& items, Text text) {
+    std::string out;
+    for (size_t i = 0; i < items.size(); ++i) out += (i ? "," : "") + text(items[i]);
+    return out;
+}
+
 // A command line, its arguments joined with commas: as they are where
 // that is plain() and no argument has a comma of its own; otherwise
 // quoted, each argument escaped as quoted() does and its own commas as
 // \x2c, so that splitting the unquoted text on commas gives the arguments
 // back.
 std::string argv_text(const std::vector<std::string>& argv) {
-    std::string joined;
-    bool commas = false;
-    for (const auto& a : argv) {
-        joined += (&a == argv.data() ? "" : ",") + a;
-        commas = commas || a.find(',') != std::string::npos;
-    }
-    if (plain(joined) && !commas) return joined;
-    std::string out = "\"";
-    for (const auto& a : argv) out += (&a == argv.data() ? "" : ",") + escaped(a, true);
-    return out + "\"";
+    std::string raw = comma_joined(argv, [](const std::string& a) { return a; });
+    bool own_commas = std::any_of(argv.begin(), argv.end(),
+                                  [](const std::string& a) { return a.find(',') != std::string::npos; });
+    if (plain(raw) && !own_commas) return raw;
+    return "\"" + comma_joined(argv, [](const std::string& a) { return escaped(a, true); }) + "\"";
 }
 
 class Dumper : public LogVisitor {
