@@ -209,16 +209,20 @@ bool recall_program_frames(const void* record, const uint64_t* ips, int n) {
 // Hands ips[0..n), cut the same way, to the writer to intern (unwind.h,
 // "Local keys"): the frames that differ from the outer part of `last`, the
 // stack handed on before, which it then becomes. On a compile, a stack
-// shares most of its 41 frames with the one before.
-bool define_program_frames(const uint64_t* ips, int n, uint64_t hash, uint32_t local, DefinedStack& last) {
+// shares most of its 41 frames with the one before; the `known` ones are
+// not compared, where neither stack was cut.
+bool define_program_frames(const uint64_t* ips, int n, uint64_t hash, uint32_t local, uint32_t known,
+                           DefinedStack& last) {
     uint32_t kept = kept_frames(n);
-    if (kept != static_cast<uint32_t>(n)) hash = stack_hash(ips, kept);
+    bool whole = kept == static_cast<uint32_t>(n);
+    if (!whole) hash = stack_hash(ips, kept);
     const uint64_t* outer = last.ips + kDefinedRoom;
-    uint32_t shared = 0;
+    uint32_t shared = whole && last.whole ? std::min(known, last.n) : 0;
     while (shared < kept && shared < last.n && ips[kept - 1 - shared] == outer[-1 - static_cast<int>(shared)]) ++shared;
     if (!append_stack_def(local, ips, kept, shared, hash)) return false;
     memcpy(last.ips + kDefinedRoom - kept, ips, sizeof(uint64_t) * (kept - shared));
     last.n = kept;
+    last.whole = whole;
     return true;
 }
 

@@ -333,6 +333,11 @@ struct StackCache {
     FirstFrames first_frames;
     uint32_t local_next;  // the counter of the next local key (unwind.h)
     DefinedStack defined;
+    // `writes` when `defined` was last made from this cache's last stack,
+    // every frame of it in the ips handed on (not cut at the walk's max):
+    // while `writes` has not moved on, the frames a walk keeps of the last
+    // stack are the outermost ones of `defined` (define's `known`).
+    uint64_t defined_writes;
     uint64_t by_caller[1u << kByCallerBits];
     int count;  // frames of the last stack, outermost first, so a new
                 // stack that shares its outer part rewrites only the top
@@ -1023,6 +1028,7 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, cons
     }
     // Stacks this walk hands on (keyer.define) are not looked up here.
     const bool local = b.owned && keyer.define;
+    const uint64_t writes_before = c ? c->writes : 0;
     Walked w = walk(first, ips, max, c, local ? nullptr : keyer.prepare, c && !c->deep ? kMaxFrames : max, first_rule);
     if (c) c->deep = w.cut;
     const void* token = nullptr;
@@ -1048,7 +1054,13 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, cons
         uint64_t hash = w.clipped ? stack_hash(ips, static_cast<uint32_t>(w.count)) : w.hash;
         if (local) {
             uint32_t key = next_local_key(b);
-            if (keyer.define(ips, w.count, hash, key, c->defined)) k = key;
+            // A compile's stack shares ~35 of its 41 frames with the one
+            // before: comparing them cost a seventh of a walk's instructions.
+            bool known_kept = c->defined_writes == writes_before && !w.clipped && w.kept >= 0;
+            uint32_t known = known_kept ? static_cast<uint32_t>(w.kept + 1 - c->owns[w.kept]) : 0;
+            bool handed = keyer.define(ips, w.count, hash, key, known, c->defined);
+            c->defined_writes = handed && !w.clipped ? c->writes : 0;
+            if (handed) k = key;
         }
         if (!k) k = keyer.key(ips, w.count, hash, &token);
         if (m) *m = Memo{w.hash, token, w.count, k};

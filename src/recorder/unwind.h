@@ -105,10 +105,12 @@ int unwind_stack(uint64_t* ips, int max);
 // a stack does not share with the one before (a walk rewrites the top of
 // the last stack): its n frames, right-aligned, innermost first, in
 // ips[kDefinedRoom - n, kDefinedRoom). n is 0 after the cache changes
-// owner or crosses a fork: the next stack is carried whole.
+// owner or crosses a fork: the next stack is carried whole. whole: the n
+// frames are all the stack's, not its innermost ones cut to a depth.
 inline constexpr uint32_t kDefinedRoom = kMaxDepth + 8;
 struct DefinedStack {
     uint32_t n;
+    bool whole;
     uint64_t ips[kDefinedRoom];
 };
 
@@ -129,8 +131,12 @@ struct StackKeyer {
     // If not null: hands ips[0..n) (hash as for key) to be keyed later
     // under the local key `local` (below), instead of key() now; false if
     // it cannot, and key() is called. `last` is the stack the cache handed
-    // on last (DefinedStack), for define to keep up to date.
-    bool (*define)(const uint64_t* ips, int n, uint64_t hash, uint32_t local, DefinedStack& last) = nullptr;
+    // on last (DefinedStack), for define to keep up to date. If `last` is
+    // whole, its outermost `known` frames are known to be those of
+    // ips[0..n) (the frames the walk kept of the cache's last stack, which
+    // `last` was): define need not compare them.
+    bool (*define)(const uint64_t* ips, int n, uint64_t hash, uint32_t local, uint32_t known,
+                   DefinedStack& last) = nullptr;
 };
 
 // Local keys. A thread that owns its stack cache does not intern the

@@ -116,12 +116,26 @@ struct Defined {
 };
 std::vector<Defined> g_defined(kLocalWindow);
 long g_define_calls = 0;
+// The stack handed on before, whole, and how often define was told that
+// outer frames of the next were known to be its (unwind.h, `known`), and
+// told so wrongly.
+std::vector<uint64_t> g_last_defined;
+long g_known_calls = 0;
+long g_wrong_known = 0;
 
 // (The recorder's define carries only the frames that differ from `last`;
 // the integration tests check that, with the writer's side.)
-bool define(const uint64_t* ips, int n, uint64_t hash, uint32_t local, heapsnap::recorder::DefinedStack&) {
+bool define(const uint64_t* ips, int n, uint64_t hash, uint32_t local, uint32_t known,
+            heapsnap::recorder::DefinedStack&) {
     ++g_define_calls;
     if (hash != heapsnap::recorder::stack_hash(ips, static_cast<uint32_t>(n))) ++g_wrong_hashes;
+    if (known) {
+        ++g_known_calls;
+        if (known > static_cast<uint32_t>(n) || known > g_last_defined.size() ||
+            !std::equal(ips + n - known, ips + n, g_last_defined.end() - known))
+            ++g_wrong_known;
+    }
+    g_last_defined.assign(ips, ips + n);
     g_defined[local_key_index(local)] = Defined{local, std::vector<uint64_t>(ips + 1, ips + n)};
     return true;
 }
@@ -427,12 +441,18 @@ TEST_CASE("unwind_stack_key with local keys: every stack walked handed on, and n
     g_key_calls = 0;
     g_define_calls = 0;
     g_wrong_hashes = 0;
+    g_known_calls = 0;
+    g_wrong_known = 0;
     random_stacks(2000);
     g_local_keys = false;
     g_leaf = Leaf::Compare;
     CHECK(g_key_tally.checks > 5000);
     CHECK(g_key_tally.mismatches == 0);
     CHECK(g_wrong_hashes == 0);
+    // Most walks keep the outer part of the stack before, whose frames
+    // define is then told it need not compare: rightly every time.
+    CHECK(g_known_calls > g_define_calls / 2);
+    CHECK(g_wrong_known == 0);
     // This thread owns its cache: what it walks is handed on (keyed on the
     // spot only where libunwind took over, past a frame without rules),
     // and the last stack and segments hand keys out again without a walk.
