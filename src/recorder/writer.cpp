@@ -17,8 +17,8 @@
 #include <zstd.h>
 
 #include <algorithm>
-#include <utility>
 #include <atomic>
+#include <utility>
 
 #include "format/hslog.h"
 #include "recorder/alloc_infos.h"
