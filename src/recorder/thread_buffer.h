@@ -196,8 +196,12 @@ extern bool g_asymmetric_fence;
 void wait_for_room(ThreadRing& ring, uint64_t needed);
 }  // namespace append_state
 
-// How far ahead of the slot being filled the ring's line is fetched for
-// writing.
+// How far ahead of the slot being filled the ring's line is fetched. The
+// builtin asks for a fetch for writing, which the baseline x86-64 target
+// emits as a plain prefetcht0 (PREFETCHW needs -mprfchw); built with
+// PREFETCHW the recorder measured no different (python3, 30 alternating
+// rounds: 2.5 ms less overhead of 320 ms, 16 of them faster), so the
+// build keeps the baseline and runs on any x86-64.
 inline constexpr uint64_t kPrefetchSlots = 32;
 
 inline bool several_threads() { return append_state::g_rings_created.load(std::memory_order_acquire) > 1; }
