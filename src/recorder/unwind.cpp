@@ -273,26 +273,44 @@ constexpr int kSegmentFrames = 8;
 constexpr int kSegmentOuter = 32;
 constexpr unsigned kSegmentBucketBits = 7;
 constexpr unsigned kSegmentWays = 4;
+// A frame of a segment and the words its step to its caller read: what a
+// hit compares, no more. Its sp is not kept but the first frame's
+// (Segment::first_sp): each caller's sp follows from the frame below, its
+// rule (by the ip the link compares) and the words compared. So a segment
+// whose step reads a CFA from memory (a realigned frame, GCC's DRAP: rare)
+// is not kept (keep_segment).
 struct SegmentFrame {
-    Frame frame;
-    Reads reads;  // of the step to its caller
+    uint64_t ip;
+    uint64_t bp;
+    uint64_t ra_at;  // Reads::ra_at of the step to its caller
+    uint64_t bp_at;  // Reads::bp_at of that step; 0: rbp handed on as it is
 };
-// What a lookup reads comes first, from a line's start: a hit of three
-// frames (python3's usual) reads the tag line and three more, five or six
-// when bp_free sat behind the frames and segments began mid-line.
+static_assert(kSegmentFrames <= 8 && kMaxFrames <= 65535, "Segment::count, bp_free and join fit");
+// What a lookup reads comes first, from a line's start: the 40 bytes a
+// hit compares before the frames, then 32 bytes a frame, so a hit of
+// three or four frames (python3's usual is three) reads the tag line and
+// three more. With whole frames and reads (48 bytes) behind a 56-byte
+// head it read four and five, and the capture took longer (TSC medians,
+// alternating runs): python3 173 ms against 204 (8 runs) and 182 against
+// 238 (10), the small compile 228 against 236 (8), 225 against 234 (12)
+// and 210 against 216 (8), perl 38 against 43, clang++ 257 against 256.
 struct alignas(64) Segment {
     uint32_t key;   // 0: empty
-    int count;      // frames, innermost first; frames[count - 1]'s caller is frames[join] of the last stack
-    int join;
+    uint8_t count;  // frames, innermost first; frames[count - 1]'s caller is frames[join] of the last stack
     // Bit i: the walk from frames[i] on does not depend on its rbp (its
     // rule neither uses rbp nor hands it on to a frame that does), so that
     // rbp is not compared: code that keeps data in rbp calls the same
     // places with other values in it.
-    uint32_t bp_free;
+    uint8_t bp_free;
+    uint16_t join;
     uint64_t generation;  // prefix_generation[join] of the last stack when keyed
-    uint64_t base_generation;  // prefix_generation[join - kSegmentOuter] then, for a deeper join
-    Frame join_frame;     // the last stack's frames[join] when keyed: the caller of frames[count - 1]
+    uint64_t first_sp;    // frames[0]'s sp
+    // The last stack's frames[join] when keyed, the caller of
+    // frames[count - 1]: its sp and rbp (its ip is outer_ips[0]).
+    uint64_t join_sp;
+    uint64_t join_bp;
     SegmentFrame frames[kSegmentFrames];  // frames[0]: the first frame
+    uint64_t base_generation;  // prefix_generation[join - kSegmentOuter] when keyed, for a deeper join
     // The ips of the last stack's frames join..0 when keyed: when those
     // frames were rewritten since, equal ips still mean the same stack.
     // For a join deeper than kSegmentOuter, the ips of frames join down
@@ -798,16 +816,21 @@ uint32_t bp_free_mask(const CachedFrame* fresh, int count) {
     return mask;
 }
 
-// `f` is the segment's frames[i], but for an rbp the walk does not depend on.
+// `f` is the segment's frames[i], but for an rbp the walk does not depend
+// on; for i >= 1 given that frames[0..i - 1] are (then its sp, the CFA of
+// the step from frames[i - 1], is too).
 bool same_segment_frame(const Segment& sg, int i, const Frame& f) {
-    const Frame& g = sg.frames[i].frame;
-    return g.ip == f.ip && g.sp == f.sp && (g.bp == f.bp || (sg.bp_free >> i & 1));
+    const SegmentFrame& g = sg.frames[i];
+    return g.ip == f.ip && (i || sg.first_sp == f.sp) && (g.bp == f.bp || (sg.bp_free >> i & 1));
 }
 
 // reads_hold for a link inside the segment: the rbp it reads is compared
 // only if the walk depends on it.
 bool segment_link_holds(const Segment& sg, int i) {
-    return reads_hold(sg.frames[i].reads, sg.frames[i + 1].frame, !(sg.bp_free >> (i + 1) & 1));
+    const SegmentFrame& callee = sg.frames[i];
+    const SegmentFrame& caller = sg.frames[i + 1];
+    return load(callee.ra_at) == caller.ip &&
+           (!callee.bp_at || (sg.bp_free >> (i + 1) & 1) || load(callee.bp_at) == caller.bp);
 }
 
 SegmentBucket& segment_bucket(StackCache* c, uint64_t tag) { return c->segments[tag >> (64 - kSegmentBucketBits)]; }
@@ -900,13 +923,14 @@ uint32_t segment_key(StackCache* c, const Frame& first, const FrameRule& first_r
         // those must equal what they were when keyed (a frame of another
         // stack, say of a thread gone, can hold the same ip and bp).
         const Frame& at_join = c->frames[join].frame;
+        const bool join_bp_needed = c->frames[join].bp_needed;
         const SegmentFrame& last_frame = sg.frames[sg.count - 1];
-        if (at_join.sp != sg.join_frame.sp ||
-            (!last_frame.reads.bp_at && c->frames[join].bp_needed && at_join.bp != sg.join_frame.bp))
-            continue;
+        if (at_join.sp != sg.join_sp || (!last_frame.bp_at && join_bp_needed && at_join.bp != sg.join_bp)) continue;
         bool holds = true;
         for (int i = 0; holds && i + 1 < sg.count; ++i) holds = segment_link_holds(sg, i);
-        if (!holds || !reads_hold(last_frame.reads, at_join, c->frames[join].bp_needed)) continue;
+        if (!holds || load(last_frame.ra_at) != at_join.ip ||
+            (last_frame.bp_at && join_bp_needed && load(last_frame.bp_at) != at_join.bp))
+            continue;
         if (c->prefix_generation[join] != sg.generation) {
             if (!same_outer(c, sg, join)) continue;
             sg.generation = c->prefix_generation[join];  // the same frames, written again
@@ -924,6 +948,8 @@ uint32_t segment_key(StackCache* c, const Frame& first, const FrameRule& first_r
 // more recording with every tag by caller).
 void keep_segment(StackCache* c, const Walked& w, uint32_t key) {
     if (w.kept < 0 || w.fresh < 1 || w.fresh > kSegmentFrames) return;
+    for (int i = 0; i < w.fresh; ++i)
+        if (c->fresh[i].reads.cfa_at) return;  // a realigned frame (SegmentFrame)
     const Frame& first = c->fresh[0].frame;
     uint64_t& by_caller_pc = by_caller_slot(c, first.ip);
     bool by_caller = by_caller_pc == first.ip;
@@ -959,12 +985,17 @@ void keep_segment(StackCache* c, const Walked& w, uint32_t key) {
     if (way == kSegmentWays) way = c->next_way++ % kSegmentWays;
     Segment& sg = bucket->ways[way];
     bucket->tags[way] = tag;
-    sg.count = w.fresh;
-    sg.join = w.kept;
+    sg.count = static_cast<uint8_t>(w.fresh);
+    sg.join = static_cast<uint16_t>(w.kept);
     sg.generation = c->prefix_generation[w.kept];
-    sg.join_frame = c->frames[w.kept].frame;
-    for (int i = 0; i < w.fresh; ++i) sg.frames[i] = SegmentFrame{c->fresh[i].frame, c->fresh[i].reads};
-    sg.bp_free = bp_free_mask(c->fresh, w.fresh);
+    sg.first_sp = first.sp;
+    sg.join_sp = c->frames[w.kept].frame.sp;
+    sg.join_bp = c->frames[w.kept].frame.bp;
+    for (int i = 0; i < w.fresh; ++i) {
+        const CachedFrame& f = c->fresh[i];
+        sg.frames[i] = SegmentFrame{f.frame.ip, f.frame.bp, f.reads.ra_at, f.reads.bp_at};
+    }
+    sg.bp_free = static_cast<uint8_t>(bp_free_mask(c->fresh, w.fresh));
     keep_outer(c, sg, w.kept);
     sg.key = key;
 }
