@@ -824,13 +824,10 @@ bool same_segment_frame(const Segment& sg, int i, const Frame& f) {
     return g.ip == f.ip && (i || sg.first_sp == f.sp) && (g.bp == f.bp || (sg.bp_free >> i & 1));
 }
 
-// reads_hold for a link inside the segment: the rbp it reads is compared
-// only if the walk depends on it.
-bool segment_link_holds(const Segment& sg, int i) {
-    const SegmentFrame& callee = sg.frames[i];
-    const SegmentFrame& caller = sg.frames[i + 1];
-    return load(callee.ra_at) == caller.ip &&
-           (!callee.bp_at || (sg.bp_free >> (i + 1) & 1) || load(callee.bp_at) == caller.bp);
+// reads_hold for a segment's link from `callee` to a caller with `ip`
+// and `bp`: the rbp it reads is compared only if the walk depends on it.
+bool segment_link_holds(const SegmentFrame& callee, uint64_t ip, uint64_t bp, bool bp_matters) {
+    return load(callee.ra_at) == ip && (!callee.bp_at || !bp_matters || load(callee.bp_at) == bp);
 }
 
 SegmentBucket& segment_bucket(StackCache* c, uint64_t tag) { return c->segments[tag >> (64 - kSegmentBucketBits)]; }
@@ -927,10 +924,11 @@ uint32_t segment_key(StackCache* c, const Frame& first, const FrameRule& first_r
         const SegmentFrame& last_frame = sg.frames[sg.count - 1];
         if (at_join.sp != sg.join_sp || (!last_frame.bp_at && join_bp_needed && at_join.bp != sg.join_bp)) continue;
         bool holds = true;
-        for (int i = 0; holds && i + 1 < sg.count; ++i) holds = segment_link_holds(sg, i);
-        if (!holds || load(last_frame.ra_at) != at_join.ip ||
-            (last_frame.bp_at && join_bp_needed && load(last_frame.bp_at) != at_join.bp))
-            continue;
+        for (int i = 0; holds && i + 1 < sg.count; ++i) {
+            const SegmentFrame& caller = sg.frames[i + 1];
+            holds = segment_link_holds(sg.frames[i], caller.ip, caller.bp, !(sg.bp_free >> (i + 1) & 1));
+        }
+        if (!holds || !segment_link_holds(last_frame, at_join.ip, at_join.bp, join_bp_needed)) continue;
         if (c->prefix_generation[join] != sg.generation) {
             if (!same_outer(c, sg, join)) continue;
             sg.generation = c->prefix_generation[join];  // the same frames, written again
