@@ -5,7 +5,7 @@ import os
 import struct
 import subprocess
 
-from harness import HeapsnapTest, main
+from harness import PROGRAMS_SRC, HeapsnapTest, main
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
@@ -129,6 +129,37 @@ class UsageErrorTest(HeapsnapTest):
     def test_help_and_version(self):
         self.assertIn("snapshot", self.heapsnap("--help").stdout)
         self.assertEqual(self.heapsnap("--version").stdout.strip(), "heapsnap 0.1.0")
+
+
+
+class BenchUsageTest(HeapsnapTest):
+    """tools/bench's usage is checked before it builds anything: one line
+    on stderr, exit status 2 (1 for a COMMAND that is not there), nothing
+    run."""
+
+    BENCH = os.path.join(PROGRAMS_SRC, "..", "..", "tools", "bench")
+
+    def assert_bench_error(self, args, line, status=2):
+        r = subprocess.run([self.BENCH, *args], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, status, r.stderr)
+        self.assertEqual(r.stdout, "")
+        self.assertEqual(r.stderr, line + "\n")
+
+    def test_command_with_a_builtin_choice(self):
+        self.assert_bench_error(["--only", "perl", "--", "true"],
+                                "bench: --only and --quick choose among the built-in workloads, not with a COMMAND")
+        self.assert_bench_error(["--quick", "--", "true"],
+                                "bench: --only and --quick choose among the built-in workloads, not with a COMMAND")
+
+    def test_name_without_command(self):
+        self.assert_bench_error(["--name", "mine"], "bench: --name names a COMMAND's row; give one after --")
+
+    def test_missing_command(self):
+        self.assert_bench_error(["--", "no-such-command-here"], "bench: no-such-command-here: command not found",
+                                status=1)
+
+    def test_no_runs(self):
+        self.assert_bench_error(["--runs", "0", "--", "true"], "bench: --runs must be at least 1")
 
 
 if __name__ == "__main__":
