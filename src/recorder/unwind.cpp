@@ -424,8 +424,9 @@ int holds_down_to(const StackCache* c, int top, int lo) {
         auto t = static_cast<int>(k - c->checks);
         if (!never_holds(*k)) return t;
         const LinkChecks& slow = c->slow_links[t];
-        bool holds = !check_fails(slow.first) && !check_fails(slow.more);
-        if (!holds && !(never_holds(slow.more) && link_holds(c->frames[t], c->frames[t - 1]))) return t;
+        bool holds = never_holds(slow.more) ? link_holds(c->frames[t], c->frames[t - 1])  // a realigned frame
+                                            : !check_fails(slow.first) && !check_fails(slow.more);
+        if (!holds) return t;
         --k;
     }
 }
@@ -900,13 +901,19 @@ const FrameRule& first_frame_rule(StackCache* c, uint64_t ip) {
     return ff.rules[i];
 }
 
+// Whether prefetch_stack_key's pending_* are for the hook whose frame is
+// `from` and whose caller is `first`.
+bool pending_for(const StackCache* c, const Frame& first, const void* from) {
+    return c->pending_from == from && c->pending_ip == first.ip;
+}
+
 // first_frame_rule for the hook whose frame is `from`: where
 // prefetch_stack_key looked it up for that hook, and no other walk took
 // another rule in there since (a signal handler's), without the search.
 const FrameRule& hook_first_rule(StackCache* c, const Frame& first, const void* from) {
     FirstFrames& ff = c->first_frames;
     uint32_t i = c->pending_rule;
-    if (c->pending_from == from && c->pending_ip == first.ip && i < kFirstFrames && ff.pcs[i] == first.ip)
+    if (pending_for(c, first, from) && i < kFirstFrames && ff.pcs[i] == first.ip)
         return ff.rules[i];
     return first_frame_rule(c, first.ip);
 }
@@ -932,8 +939,7 @@ uint64_t first_tag(StackCache* c, const Frame& first, const FrameRule& first_rul
 // against memory, and frames 0..join unchanged in the cache since.
 // `from`: the hook's frame, for the tag prefetch_stack_key left.
 uint32_t segment_key(StackCache* c, const Frame& first, const FrameRule& first_rule, const void* from) {
-    bool pending = c->pending_from == from && c->pending_ip == first.ip;
-    uint64_t tag = pending ? c->pending_tag : first_tag(c, first, first_rule);
+    uint64_t tag = pending_for(c, first, from) ? c->pending_tag : first_tag(c, first, first_rule);
     c->pending_from = nullptr;
     SegmentBucket& bucket = segment_bucket(c, tag);
     for (unsigned way = 0; way < kSegmentWays; ++way) {

@@ -131,7 +131,6 @@ class UsageErrorTest(HeapsnapTest):
         self.assertEqual(self.heapsnap("--version").stdout.strip(), "heapsnap 0.1.0")
 
 
-
 class BenchUsageTest(HeapsnapTest):
     """tools/bench's usage is checked before it builds anything: one line
     on stderr, exit status 2 (1 for a COMMAND that is not there), nothing
