@@ -78,6 +78,7 @@ protected:
     static constexpr uint8_t kAllocInfoTag = static_cast<uint8_t>(hslog::Tag::AllocInfo);
     static constexpr uint8_t kFreeTag = static_cast<uint8_t>(hslog::Tag::Free);
     static constexpr uint8_t kThreadTag = static_cast<uint8_t>(hslog::Tag::Thread);
+    static constexpr uint8_t kShortThreadTag = static_cast<uint8_t>(hslog::Tag::ShortThread);
     static constexpr uint8_t kTimeTag = static_cast<uint8_t>(hslog::Tag::Time);
     static constexpr uint8_t kShortAllocInfoTag = static_cast<uint8_t>(hslog::Tag::ShortAllocInfo);
     static constexpr uint8_t kShortFreeTag = static_cast<uint8_t>(hslog::Tag::ShortFree);
@@ -158,6 +159,8 @@ public:
                 alloc_info(r, r.varint());
             else if (tag == kFreeTag)
                 free(r, r.varint());
+            else if (static_cast<uint8_t>(tag - kShortThreadTag) < hslog::kShortThreadCount)
+                thread_ = static_cast<uint32_t>(tag - kShortThreadTag);
             else if (static_cast<uint8_t>(tag - kAllocTag) < hslog::kAllocFnCount)
                 alloc(r, static_cast<hslog::AllocFn>(tag - kAllocTag), false);
             else if (static_cast<uint8_t>(tag - kAllocAtTag) < hslog::kAllocFnCount)

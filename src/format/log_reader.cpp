@@ -169,6 +169,7 @@ void RecordStream::record(hslog::Tag tag, codec::Reader& r, LogVisitor& visitor)
             return;
         }
         case Tag::Thread:
+        case Tag::ShortThread:
         case Tag::Time:
         case Tag::Alloc:
         case Tag::AllocAt:

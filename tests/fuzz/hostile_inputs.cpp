@@ -168,8 +168,10 @@ std::vector<std::pair<std::string, Enc>> good_records(const std::string& module_
         hslog::put_stack_frame(w, second_frame_module, 0x2222);
     });
     r.emplace_back("stack2", s2);
+    // Thread 40 takes the two-byte Thread record, which can be cut; a
+    // ShortThread (indices below 32) is one byte.
     Enc th;
-    th.rec([](codec::Writer& w) { hslog::put_thread(w, 0); });
+    th.rec([](codec::Writer& w) { hslog::put_thread(w, 40); });
     r.emplace_back("thread", th);
     Enc ts;
     ts.rec([](codec::Writer& w) { hslog::put_thread_start(w, 1, 1, 4243, 0x7f0000000000, 0x7f0000800000); });
@@ -259,7 +261,7 @@ void logs(const std::string& real_elf, const std::string& real_build_id) {
     // Impossible records.
     size_t body = index_of(records, "marker");
     Enc unknown;
-    unknown.u8(0x55);
+    unknown.u8(0x75);
     unknown.varint(1);
     write_with("unknown-tag.hslog", records, body, unknown);
     write_log("no-process-first.hslog", {join(records, 1, records.size())});

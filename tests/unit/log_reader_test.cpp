@@ -139,6 +139,60 @@ TEST_CASE("log format: an info id takes the short form up to 16383, the long for
     CHECK(got == expected);
 }
 
+TEST_CASE("log format: a thread index takes one byte up to 31, the Thread record above") {
+    uint8_t buf[32];
+    codec::Writer w(buf, sizeof buf);
+    hslog::put_thread(w, 0);
+    hslog::put_thread(w, 1);
+    hslog::put_thread(w, 31);
+    hslog::put_thread(w, 32);
+    hslog::put_thread(w, 300);
+    std::vector<uint8_t> got(buf, buf + w.size());
+    std::vector<uint8_t> expected = {0x50,              // ShortThread 0
+                                     0x51,              // ShortThread 1
+                                     0x6f,              // ShortThread 31
+                                     0x05, 0x20,        // Thread 32
+                                     0x05, 0xac, 0x02}; // Thread 300 (varint)
+    CHECK(got == expected);
+}
+
+TEST_CASE("log reader: short and long thread switches set the same thread") {
+    auto read = [](std::vector<uint8_t> records) {
+        LogBuilder b;
+        b.process();
+        b.stack(1, {{0, 0x10}});
+        b.alloc(1100000, 0x5000, 100, 1);  // info 1, on thread 0
+        b.raw_record(records);
+        b.frame();
+        TempFile f{b.write()};
+        Collect c;
+        ReadSummary s = read_log(f.path, c);
+        CHECK(s.events == 5);
+        return std::vector<std::string>(c.lines.end() - 4, c.lines.end());
+    };
+    std::vector<std::string> got_short = read({
+        0x5f, 0x80, 0x01,  // ShortThread 15, short AllocInfo 1
+        0x6f, 0xc0, 0x01,  // ShortThread 31, short Free 1
+        0x05, 0x20,        // Thread 32: too large for a ShortThread
+        0x80, 0x01,
+        0x50, 0xc0, 0x01,  // ShortThread 0
+    });
+    std::vector<std::string> got_long = read({
+        0x05, 0x0f, 0x80, 0x01,  // the same with Thread records only
+        0x05, 0x1f, 0xc0, 0x01,
+        0x05, 0x20, 0x80, 0x01,
+        0x05, 0x00, 0xc0, 0x01,
+    });
+    std::vector<std::string> expected = {
+        "alloc t=1100000 thread=15 fn=malloc info=1 addr=0 size=100 stack=1",
+        "free t=1100000 thread=31 info=1 addr=0",
+        "alloc t=1100000 thread=32 fn=malloc info=1 addr=0 size=100 stack=1",
+        "free t=1100000 thread=0 info=1 addr=0",
+    };
+    CHECK(got_short == expected);
+    CHECK(got_long == expected);
+}
+
 TEST_CASE("log reader: short and long AllocInfo and Free records decode to the same events") {
     // 16384 triples (sizes 1 to 16384 from one stack) define infos 1 to
     // 16384; the last one is too large for a short record.
@@ -250,27 +304,28 @@ TEST_CASE("log reader: bad input is refused with one clear message") {
     TempFile text{LogBuilder().write(std::vector<uint8_t>{'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd', '!', '!', '!', '!', '!'})};
     CHECK(expect_error(text.path) == text.path + ": not a heapsnap log (bad magic)");
 
-    // Version 4 had no presence byte before a marker's mallinfo2 numbers;
-    // version 3 had no short records: its tags 0x80-0xff are unknown, so a
-    // version-3 reader could not read version 4's AllocInfo and Free records
-    // (formats/hslog.md, Version policy). Version 2 named blocks by reused
-    // block ids.
-    for (uint32_t version : {2u, 3u, 4u}) {
+    // Version 5 had no one-byte thread switches: its reader would take
+    // tags 0x50-0x6f for unknown ones. Version 4 had no presence byte
+    // before a marker's mallinfo2 numbers; version 3 had no short records:
+    // its tags 0x80-0xff are unknown, so a version-3 reader could not read
+    // version 4's AllocInfo and Free records (formats/hslog.md, Version
+    // policy). Version 2 named blocks by reused block ids.
+    for (uint32_t version : {2u, 3u, 4u, 5u}) {
         LogBuilder older;
         older.header(version);
         older.process();
         older.frame();
         TempFile f{older.write()};
         CHECK(expect_error(f.path) == f.path + ": unsupported log format version " + std::to_string(version) +
-                                          " (this heapsnap reads version 5)");
+                                          " (this heapsnap reads version 6)");
     }
 
     LogBuilder newer;
-    newer.header(6);
+    newer.header(7);
     newer.process();
     newer.frame();
-    TempFile v6{newer.write()};
-    CHECK(expect_error(v6.path) == v6.path + ": unsupported log format version 6 (this heapsnap reads version 5)");
+    TempFile v7{newer.write()};
+    CHECK(expect_error(v7.path) == v7.path + ": unsupported log format version 7 (this heapsnap reads version 6)");
 
     LogBuilder header_only;
     TempFile h{header_only.write()};
@@ -294,10 +349,10 @@ TEST_CASE("log reader: bad input is refused with one clear message") {
 
     LogBuilder bad_tag;
     bad_tag.process();
-    bad_tag.raw_record({0x66});
+    bad_tag.raw_record({0x70});
     bad_tag.frame();
     TempFile bt{bad_tag.write()};
-    CHECK(expect_error(bt.path) == bt.path + ": corrupt log: unknown record tag 102");
+    CHECK(expect_error(bt.path) == bt.path + ": corrupt log: unknown record tag 112");
 
     LogBuilder cut_record;
     cut_record.process();
