@@ -53,8 +53,9 @@
 //   spent 128 ms in it at exit, a third of what recording cost it.
 // - Version 6: a Thread record for a thread index below 32 is one byte,
 //   the index in the tag (ShortThread, 0x50-0x6f). Two threads that
-//   allocate at once switch every event or two, and version 5's tag plus
-//   varint there slowed zstd threefold: alloc_bench with 2 threads took
+//   allocate at once switch every few events (alloc_bench: before one
+//   event in seven), and version 5's tag plus varint there slowed zstd
+//   threefold: alloc_bench with 2 threads took
 //   107 ms of the writer's CPU in zstd against 36 ms with one-byte
 //   switches (33 ms with one thread), and its log shrank from 2.13 to
 //   2.01 bytes an event (formats/hslog.md, "Version 6").
