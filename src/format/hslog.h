@@ -55,10 +55,10 @@
 //   the index in the tag (ShortThread, 0x50-0x6f). Two threads that
 //   allocate at once switch every few events (alloc_bench: before one
 //   event in seven), and version 5's tag plus varint there slowed zstd
-//   threefold: alloc_bench with 2 threads took
-//   107 ms of the writer's CPU in zstd against 36 ms with one-byte
-//   switches (33 ms with one thread), and its log shrank from 2.13 to
-//   2.01 bytes an event (formats/hslog.md, "Version 6").
+//   threefold: alloc_bench with 2 threads took 107 ms of the writer's
+//   CPU in zstd against 36 ms with one-byte switches (33 ms with one
+//   thread), and its log shrank from 2.13 to 2.01 bytes an event
+//   (formats/hslog.md, "Version 6").
 //
 // This header is included by the recorder, so it uses no allocation and no
 // standard containers; only the encoders live here. Decoding is in

@@ -56,6 +56,19 @@ std::string expect_error(const std::string& path) {
     return "no error";
 }
 
+// Appends `records` to `b` as one record run, reads the log back, checks
+// that it holds `events` events and returns the last `n` lines read.
+std::vector<std::string> read_with(LogBuilder& b, const std::vector<uint8_t>& records, uint64_t events, size_t n) {
+    b.raw_record(records);
+    b.frame();
+    TempFile f{b.write()};
+    Collect c;
+    ReadSummary s = read_log(f.path, c);
+    CHECK(s.events == events);
+    REQUIRE(c.lines.size() >= n);
+    return std::vector<std::string>(c.lines.end() - static_cast<std::ptrdiff_t>(n), c.lines.end());
+}
+
 }  // namespace
 
 TEST_CASE("log reader: records decode with time, address, allocation info and thread state across frames") {
@@ -157,18 +170,12 @@ TEST_CASE("log format: a thread index takes one byte up to 31, the Thread record
 }
 
 TEST_CASE("log reader: short and long thread switches set the same thread") {
-    auto read = [](std::vector<uint8_t> records) {
+    auto read = [](const std::vector<uint8_t>& records) {
         LogBuilder b;
         b.process();
         b.stack(1, {{0, 0x10}});
         b.alloc(1100000, 0x5000, 100, 1);  // info 1, on thread 0
-        b.raw_record(records);
-        b.frame();
-        TempFile f{b.write()};
-        Collect c;
-        ReadSummary s = read_log(f.path, c);
-        CHECK(s.events == 5);
-        return std::vector<std::string>(c.lines.end() - 4, c.lines.end());
+        return read_with(b, records, 5, 4);
     };
     std::vector<std::string> got_short = read({
         0x5f, 0x80, 0x01,  // ShortThread 15, short AllocInfo 1
@@ -203,33 +210,24 @@ TEST_CASE("log reader: short and long AllocInfo and Free records decode to the s
         for (uint64_t size = 1; size <= 16384; ++size) b.alloc(1100000, 0x100000 + 16 * size, size, 1);
         return b;
     };
-    auto read = [](LogBuilder& b, std::vector<uint8_t> records) {
-        b.raw_record(records);
-        b.frame();
-        TempFile f{b.write()};
-        Collect c;
-        ReadSummary s = read_log(f.path, c);
-        CHECK(s.events == 16384 + 6);
-        return std::vector<std::string>(c.lines.end() - 6, c.lines.end());
-    };
     LogBuilder long_form = defined();
-    std::vector<std::string> got_long = read(long_form, {
+    std::vector<std::string> got_long = read_with(long_form, {
         0x10, 0x05,              // AllocInfo 5
         0x11, 0x05,              // Free 5
         0x10, 0xff, 0x7f,        // AllocInfo 16383
         0x11, 0xff, 0x7f,        // Free 16383
         0x10, 0x80, 0x80, 0x01,  // AllocInfo 16384
         0x11, 0x80, 0x80, 0x01,  // Free 16384
-    });
+    }, 16384 + 6, 6);
     LogBuilder mixed = defined();
-    std::vector<std::string> got_mixed = read(mixed, {
+    std::vector<std::string> got_mixed = read_with(mixed, {
         0x80, 0x05,              // short AllocInfo 5
         0x11, 0x05,              // Free 5, long
         0x10, 0xff, 0x7f,        // AllocInfo 16383, long
         0xff, 0xff,              // short Free 16383
         0x10, 0x80, 0x80, 0x01,  // AllocInfo 16384: only the long form names it
         0x11, 0x80, 0x80, 0x01,
-    });
+    }, 16384 + 6, 6);
     std::vector<std::string> expected = {
         "alloc t=1100000 thread=0 fn=malloc info=5 addr=0 size=5 stack=1",
         "free t=1100000 thread=0 info=5 addr=0",
