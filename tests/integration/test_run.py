@@ -242,6 +242,18 @@ class RunTest(HeapsnapTest):
         self.assertEqual(lines, ["heapsnap: verify-stacks: 300 stacks checked, 0 differ from libunwind",
                                  "heapsnap: stacks interned: 200 by the writer, 1 in the program's threads"], stderr)
 
+    def test_segments_of_paths_with_one_top_kept_side_by_side(self):
+        # shared_tops allocates through two paths in turn whose three
+        # innermost frames are the same, at the same sp (tests/programs/
+        # shared_tops.c). The first allocation is interned in the thread
+        # (no ring yet), the next two walk and keep a segment each, and
+        # from then on both segments hold: 2 walks in 100 rounds. While a
+        # segment replaced any that started with the same three frames,
+        # each evicted the other: "199 by the writer".
+        lines, stderr = self.stack_report([program("shared_tops"), "100"], verify=True)
+        self.assertEqual(lines, ["heapsnap: verify-stacks: 200 stacks checked, 0 differ from libunwind",
+                                 "heapsnap: stacks interned: 2 by the writer, 1 in the program's threads"], stderr)
+
     def test_constructor_stacks_end_without_libunwind(self):
         # ctor_host's library allocates 100 times in its constructor, which
         # ld.so calls from _dl_start_user: no FDE covers it, and its rbp is

@@ -374,8 +374,23 @@ void random_stacks(int rounds) {
 // ---- signals --------------------------------------------------------------------------
 
 Tally g_signal_tally;
+timer_t g_signal_timer;
 
-void on_alarm(int) { compare_here(g_signal_tally); }
+// One shot, armed again when the handler is done: the interrupted code
+// runs 500 us between two signals however long a handler takes. A
+// periodic timer livelocked here (2026-11-27): libunwind's walk through
+// the signal frame, two sigprocmask calls a step, took longer than the
+// period, so the next signal was pending when the handler returned and
+// the loop below never ran again.
+void arm_signal_timer() {
+    itimerspec once{{0, 0}, {0, 500000}};
+    timer_settime(g_signal_timer, 0, &once, nullptr);
+}
+
+void on_alarm(int) {
+    compare_here(g_signal_tally);
+    arm_signal_timer();
+}
 
 }  // namespace
 
@@ -393,24 +408,23 @@ TEST_CASE("unwind_stack in signal handlers that interrupt random stacks anywhere
     struct sigaction sa {};
     sa.sa_handler = on_alarm;
     sigaction(SIGALRM, &sa, nullptr);
-    // A high-resolution timer aimed at this thread, every 500 us; at most
-    // 3 seconds, as libunwind takes milliseconds for a stack through a
-    // signal frame (it checks every word it reads with system calls).
+    // A high-resolution timer aimed at this thread, 500 us after each
+    // handler; at most 3 seconds, as libunwind takes milliseconds for a
+    // stack through a signal frame (it checks every word it reads with
+    // system calls).
     sigevent ev{};
     ev.sigev_notify = SIGEV_THREAD_ID;
     ev.sigev_signo = SIGALRM;
     ev._sigev_un._tid = gettid();
-    timer_t timer;
-    REQUIRE(timer_create(CLOCK_MONOTONIC, &ev, &timer) == 0);
-    itimerspec every{{0, 500000}, {0, 500000}};
-    timer_settime(timer, 0, &every, nullptr);
+    REQUIRE(timer_create(CLOCK_MONOTONIC, &ev, &g_signal_timer) == 0);
+    arm_signal_timer();
     timespec start, now;
     clock_gettime(CLOCK_MONOTONIC, &start);
     do {
         random_stacks(10);
         clock_gettime(CLOCK_MONOTONIC, &now);
     } while (g_signal_tally.checks < 1000 && now.tv_sec - start.tv_sec < 3);
-    timer_delete(timer);
+    timer_delete(g_signal_timer);
     signal(SIGALRM, SIG_DFL);
     g_leaf = Leaf::Compare;
     CHECK(g_signal_tally.checks >= 100);
