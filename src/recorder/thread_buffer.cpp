@@ -1,5 +1,6 @@
 #include "recorder/thread_buffer.h"
 
+#include <cpuid.h>
 #include <linux/membarrier.h>
 #include <sched.h>
 #include <sys/syscall.h>
@@ -17,6 +18,7 @@
 namespace heapsnap::recorder {
 
 using append_state::g_asymmetric_fence;
+using append_state::g_prefetchw;
 using append_state::g_rings_created;
 using append_state::g_stamp_tick;
 
@@ -93,6 +95,7 @@ namespace append_state {
 std::atomic<uint32_t> g_rings_created{0};
 std::atomic<uint64_t> g_stamp_tick{1};
 bool g_asymmetric_fence = false;
+bool g_prefetchw = false;
 
 __attribute__((noinline)) void wait_for_room(ThreadRing& ring, uint64_t needed) {
     for (unsigned spins = 0; ring_full(ring, needed); ++spins) {
@@ -124,7 +127,7 @@ bool append_stack_def(uint32_t key, const uint64_t* fresh, uint32_t n, uint32_t 
     // begin_append fetches one slot's line ahead an append; this append
     // moves `count` slots on, so the lines as far ahead of its end are
     // fetched too, or the next appends write to lines still the writer's.
-    for (uint64_t i = 1; i < count; ++i) __builtin_prefetch(&ring->slots[(first + i + kPrefetchSlots) % kRingSlots], 1);
+    for (uint64_t i = 1; i < count; ++i) prefetch_slot(*ring, first + i);
     uint64_t ts = stamp(*ring, SlotKind::StackDef);
     head = Slot{};
     head.ts = ts;
@@ -182,6 +185,8 @@ void retire_current_thread() {
 
 void order_publication_init() {
     g_asymmetric_fence = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+    unsigned eax, ebx, ecx, edx;
+    g_prefetchw = __get_cpuid(0x80000001, &eax, &ebx, &ecx, &edx) && (ecx & bit_PRFCHW);
 }
 
 void order_after_clock_read(bool several_rings) {

@@ -194,15 +194,38 @@ extern std::atomic<uint64_t> g_stamp_tick;
 extern bool g_asymmetric_fence;
 // Waits (never drops) until `needed` slots are free.
 void wait_for_room(ThreadRing& ring, uint64_t needed);
+
+// Whether the CPU has PREFETCHW (CPUID 0x80000001, ECX bit 8). Set once
+// before the first event.
+extern bool g_prefetchw;
 }  // namespace append_state
 
-// How far ahead of the slot being filled the ring's line is fetched. The
-// builtin asks for a fetch for writing, which the baseline x86-64 target
-// emits as a plain prefetcht0 (PREFETCHW needs -mprfchw); built with
-// PREFETCHW the recorder measured no different (python3, 30 alternating
-// rounds: 2.5 ms less overhead of 320 ms, 16 of them faster), so the
-// build keeps the baseline and runs on any x86-64.
+// How far ahead of the slot being filled the ring's line is fetched, and
+// fetched for writing. The writer read that line when the ring last came
+// round, so the line sits in the writer's core's cache too, and the slot
+// store must take it back. A plain prefetch (what __builtin_prefetch(p, 1)
+// is on the baseline x86-64 target) brings it in shared, and the store
+// still waits for the other core to drop it; stores queue behind it until
+// the store buffer is full and the program's own code waits (perf charged
+// it to glibc's malloc and free: ten and six times their bare samples).
+// PREFETCHW takes the line exclusive ahead of time. How much that
+// matters depends on the distance between the two vCPUs: with two vCPUs
+// on cores ~250 ns apart (a ping-pong of one line: 450 to 520 ns a round
+// trip), python3 on churn.py took 1.0 to 1.16 s recorded with the plain
+// prefetch and 0.57 to 0.66 s with PREFETCHW (8 alternating pairs, the
+// bare run 0.25 s); perl 1.34 to 1.76 against 1.39 to 1.52. On cores
+// close together (an earlier machine) it measured no different. A CPU
+// without PREFETCHW keeps the plain prefetch: the choice is made once
+// (order_publication_init) and costs one predictable branch.
 inline constexpr uint64_t kPrefetchSlots = 32;
+
+inline void prefetch_slot(ThreadRing& ring, uint64_t index) {
+    Slot& slot = ring.slots[(index + kPrefetchSlots) % kRingSlots];
+    if (append_state::g_prefetchw)
+        asm volatile("prefetchw %0" : : "m"(slot));
+    else
+        __builtin_prefetch(&slot, 1);
+}
 
 inline bool several_threads() { return append_state::g_rings_created.load(std::memory_order_acquire) > 1; }
 
@@ -253,7 +276,7 @@ __attribute__((always_inline)) inline Slot& begin_append(ThreadRing& ring, uint6
         if (ring_full(ring, count)) append_state::wait_for_room(ring, count);
     }
     uint64_t index = claim_slot(ring, count);
-    __builtin_prefetch(&ring.slots[(index + kPrefetchSlots) % kRingSlots], 1);
+    prefetch_slot(ring, index);
     return ring.slots[index % kRingSlots];
 }
 
