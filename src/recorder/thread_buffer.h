@@ -210,13 +210,14 @@ extern bool g_prefetchw;
 // it to glibc's malloc and free: ten and six times their bare samples).
 // PREFETCHW takes the line exclusive ahead of time. How much that
 // matters depends on the distance between the two vCPUs: with two vCPUs
-// on cores ~250 ns apart (a ping-pong of one line: 450 to 520 ns a round
-// trip), python3 on churn.py took 1.0 to 1.16 s recorded with the plain
-// prefetch and 0.57 to 0.66 s with PREFETCHW (8 alternating pairs, the
-// bare run 0.25 s); perl 1.34 to 1.76 against 1.39 to 1.52. On cores
-// close together (an earlier machine) it measured no different. A CPU
-// without PREFETCHW keeps the plain prefetch: the choice is made once
-// (order_publication_init) and costs one predictable branch.
+// on cores ~250 ns apart (a line's round trip, tools/bench-programs/
+// line_trip.c: 450 to 520 ns), python3 on churn.py took 1.0 to 1.16 s
+// recorded with the plain prefetch and 0.57 to 0.66 s with PREFETCHW (8
+// alternating pairs, the bare run 0.25 s); perl 1.34 to 1.76 against
+// 1.39 to 1.52. On cores close together (an earlier machine) it measured
+// no different. A CPU without PREFETCHW keeps the plain prefetch: the
+// choice is made once (order_publication_init) and costs one predictable
+// branch.
 inline constexpr uint64_t kPrefetchSlots = 32;
 
 inline void prefetch_slot(ThreadRing& ring, uint64_t index) {
