@@ -116,6 +116,7 @@ Category classify_alone(const MapRegion& r, const MapRegion* next, const RangeIn
         return Category::Stack;
     if (stacks.overlaps(r.start, r.end)) return Category::Stack;
     if (r.path == "[heap]" || starts_with(r.path, "[anon: glibc: malloc")) return Category::Heap;
+    if (r.hint == RegionHint::Heap && is_private_anon(r)) return Category::Heap;
     if (is_private_anon(r) && (blocks.overlaps(r.start, r.end) || is_arena_shape(r, next))) return Category::Heap;
     if (starts_with(r.path, "[")) {
         if (starts_with(r.path, "[anon_shmem")) return Category::MappedFile;
@@ -251,6 +252,22 @@ nlohmann::json stats_delta_json(const CategoryStats& o, const CategoryStats& n) 
             {"swap_bytes", delta(o.swap_bytes, n.swap_bytes)}};
 }
 
+// {"name", "allocated_bytes", "active_bytes", "committed_bytes",
+// "resident_bytes", "mapped_bytes"}: null where the allocator gives none.
+nlohmann::json allocator_json(const AddressSpaceSummary& s) {
+    const hslog::AllocatorStats& a = s.allocator;
+    using F = hslog::AllocatorStats;
+    auto field = [&](uint8_t bit, uint64_t v) {
+        return s.has_allocator && (a.present & bit) ? nlohmann::json(v) : nlohmann::json(nullptr);
+    };
+    return {{"name", s.allocator_name.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.allocator_name)},
+            {"allocated_bytes", field(F::kAllocated, a.allocated)},
+            {"active_bytes", field(F::kActive, a.active)},
+            {"committed_bytes", field(F::kCommitted, a.committed)},
+            {"resident_bytes", field(F::kResident, a.resident)},
+            {"mapped_bytes", field(F::kMapped, a.mapped)}};
+}
+
 nlohmann::json malloc_json(const MallocStats& m) {
     return {{"arena", m.arena},       {"ordblks", m.ordblks},   {"hblks", m.hblks},      {"hblkhd", m.hblkhd},
             {"uordblks", m.uordblks}, {"fordblks", m.fordblks}, {"keepcost", m.keepcost}};
@@ -381,9 +398,30 @@ AddressSpaceSummary summarize(const SummaryInputs& in) {
         uint64_t held = in.malloc.uordblks + in.malloc.fordblks;
         s.fragmentation = held == 0 ? 0.0 : static_cast<double>(in.malloc.fordblks) / static_cast<double>(held);
     }
+    s.has_allocator = in.has_allocator;
+    s.allocator = in.allocator;
+    if (in.has_allocator)
+        s.allocator_name = hslog::allocator_name(in.allocator.kind);
+    else if (in.has_malloc)
+        s.allocator_name = "glibc";
+    else
+        s.allocator_name = in.allocator_name;
     s.threads = in.threads;
     s.recorder_bytes = in.recorder_bytes;
     return s;
+}
+
+std::string allocator_from_regions(const std::vector<MapRegion>& regions) {
+    bool libc = false;
+    for (const MapRegion& r : regions) {
+        std::string_view path = r.path;
+        size_t slash = path.rfind('/');
+        std::string_view name = slash == std::string_view::npos ? path : path.substr(slash + 1);
+        for (const char* lib : {"jemalloc", "tcmalloc", "mimalloc"})
+            if (starts_with(name, std::string("lib") + lib)) return lib;
+        if (starts_with(name, "libc.so") || starts_with(name, "libc-")) libc = true;
+    }
+    return libc ? "glibc" : "";
 }
 
 std::string render_text(const AddressSpaceSummary& s, bool color) {
@@ -450,6 +488,7 @@ std::string render_text(const AddressSpaceSummary& s, bool color) {
 
     std::vector<Row> rec;
     rec.push_back({{"Reconciliation"}});
+    rec.push_back({{"  allocator"}, {s.allocator_name.empty() ? std::string("unknown") : s.allocator_name}});
     if (s.tracked)
         rec.push_back({{"  tracked live"},
                        {fmt::format("{} in {} blocks (requested sizes)", human_bytes(s.tracked_live_bytes),
@@ -468,6 +507,30 @@ std::string render_text(const AddressSpaceSummary& s, bool color) {
             rec.push_back({{"  malloc overhead"},
                            {fmt::format("{} (in use - tracked live)",
                                         human_bytes_signed(delta(s.tracked_live_bytes, s.malloc_in_use_bytes)))}});
+    } else if (s.has_allocator) {
+        const hslog::AllocatorStats& a = s.allocator;
+        using F = hslog::AllocatorStats;
+        const struct {
+            uint8_t bit;
+            const char* name;
+            uint64_t value;
+        } fields[] = {{F::kAllocated, "allocated", a.allocated},
+                      {F::kActive, "active", a.active},
+                      {F::kCommitted, "committed", a.committed},
+                      {F::kResident, "resident", a.resident},
+                      {F::kMapped, "mapped", a.mapped}};
+        for (const auto& f : fields)
+            if (a.present & f.bit) rec.push_back({{std::string("  ") + s.allocator_name + " " + f.name}, {human_bytes(f.value)}});
+        if ((a.present & F::kAllocated) && (a.present & F::kActive) && a.active >= a.allocated)
+            rec.push_back({{"  fragmentation"},
+                           {fmt::format("{:.1f}% ((active - allocated) / active)",
+                                        a.active ? 100.0 * static_cast<double>(a.active - a.allocated) /
+                                                       static_cast<double>(a.active)
+                                                 : 0.0)}});
+        if (s.tracked && (a.present & F::kAllocated))
+            rec.push_back({{"  malloc overhead"},
+                           {fmt::format("{} (allocated - tracked live)",
+                                        human_bytes_signed(delta(s.tracked_live_bytes, a.allocated)))}});
     } else {
         rec.push_back({{"  malloc"}, {"no allocator statistics"}});
     }
@@ -516,6 +579,7 @@ nlohmann::json to_json(const AddressSpaceSummary& s) {
     j["malloc_in_use_bytes"] = s.has_malloc ? nlohmann::json(s.malloc_in_use_bytes) : nlohmann::json(nullptr);
     j["malloc_free_bytes"] = s.has_malloc ? nlohmann::json(s.malloc_free_bytes) : nlohmann::json(nullptr);
     j["fragmentation"] = s.has_malloc ? nlohmann::json(s.fragmentation) : nlohmann::json(nullptr);
+    j["allocator"] = allocator_json(s);
     j["threads"] = s.threads;
     j["recorder_bytes"] = s.tracked ? nlohmann::json(s.recorder_bytes) : nlohmann::json(nullptr);
     return j;

@@ -61,13 +61,16 @@
 // -> mapped, all else -> private. State: committed = accessible (any of
 // r, w, x), reserved = PROT_NONE ("---p"), counted per region.
 //
-// Reconciliation: malloc in use = uordblks + hblkhd (bytes in chunks handed
+// Reconciliation with glibc: malloc in use = uordblks + hblkhd (bytes in chunks handed
 // out, including mmapped chunks), malloc free = fordblks, and
 //     fragmentation = fordblks / (uordblks + fordblks)
 // i.e. the share of malloc's non-mmapped memory that is free but still held
 // (0 when malloc holds nothing). Tracked live bytes are the requested sizes
 // the recorder saw; in-use minus tracked is chunk overhead plus anything
-// allocated before or outside the recorder.
+// allocated before or outside the recorder. With another allocator its own
+// numbers are shown as it names them (allocated, active, committed,
+// resident, mapped); fragmentation = (active - allocated) / active, the
+// share of the pages holding blocks that no block uses.
 //
 // Verdict: the dominant category of growth between two summaries is the one
 // with the largest growth weight, where
@@ -117,9 +120,20 @@ struct SummaryInputs {
     uint64_t tracked_live_blocks = 0;
     MallocStats malloc;
     bool has_malloc = false;
+    // Another allocator's own statistics (hslog.h, AllocatorStats).
+    bool has_allocator = false;
+    hslog::AllocatorStats allocator;
+    // The allocator's name where no statistics say it: `maps PID` of an
+    // unrecorded process, from the libraries it has loaded. Empty: unknown
+    // (then "glibc" with has_malloc, the kind's name with has_allocator).
+    std::string allocator_name;
     uint32_t threads = 0;
     uint64_t recorder_bytes = 0;  // memory the recorder says it holds
 };
+
+// The malloc library among the regions' paths (libjemalloc, libtcmalloc,
+// libmimalloc), else "glibc" if libc is loaded; "" if neither.
+std::string allocator_from_regions(const std::vector<MapRegion>& regions);
 
 struct CategoryStats {
     uint64_t regions = 0;
@@ -164,6 +178,10 @@ struct AddressSpaceSummary {
     uint64_t malloc_in_use_bytes = 0;  // uordblks + hblkhd
     uint64_t malloc_free_bytes = 0;    // fordblks
     double fragmentation = 0;          // fordblks / (uordblks + fordblks)
+    // "glibc", "jemalloc", "tcmalloc", "mimalloc", or "" (unknown).
+    std::string allocator_name;
+    bool has_allocator = false;
+    hslog::AllocatorStats allocator;
     uint32_t threads = 0;
     uint64_t recorder_bytes = 0;
 

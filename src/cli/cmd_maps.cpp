@@ -39,6 +39,7 @@ int maps(const MapsOptions& o) {
         in.regions = addrspace::read_smaps_file(proc + "/smaps");
         addrspace::ProcessStatus status = addrspace::read_status_file(proc + "/status");
         in.threads = status.threads;
+        in.allocator_name = addrspace::allocator_from_regions(in.regions);
         summary = addrspace::summarize(in);
     } else {
         Snapshot s = load_moment(o.target);

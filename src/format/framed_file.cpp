@@ -54,9 +54,12 @@ std::vector<uint8_t> read_framed_file(const std::string& path, const FileKind& k
     if (file.size() < kHeaderSize) throw Error(path + ": truncated " + name + ": the header is incomplete");
     codec::Reader h(file.data() + 8, kHeaderSize - 8);
     uint32_t version = h.u32le();
-    if (version != kind.version)
+    uint32_t oldest = kind.oldest_version ? kind.oldest_version : kind.version;
+    if (version < oldest || version > kind.version)
         throw Error(path + ": unsupported " + name + " format version " + std::to_string(version) +
-                    " (this heapsnap reads version " + std::to_string(kind.version) + ")");
+                    (oldest == kind.version ? " (this heapsnap reads version " + std::to_string(kind.version) + ")"
+                                            : " (this heapsnap reads versions " + std::to_string(oldest) + " to " +
+                                                  std::to_string(kind.version) + ")"));
     const uint8_t* frame = file.data() + kHeaderSize;
     size_t frame_size = file.size() - kHeaderSize;
     size_t compressed = ZSTD_findFrameCompressedSize(frame, frame_size);

@@ -18,6 +18,7 @@ struct FileKind {
     const char* magic;  // 8 bytes
     uint32_t version;
     const char* name;  // "snapshot", used in messages
+    uint32_t oldest_version = 0;  // the oldest version read too; 0: `version` only
 };
 
 void write_framed_file(const std::string& path, const FileKind& kind, const std::vector<uint8_t>& body);

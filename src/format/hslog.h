@@ -59,6 +59,9 @@
 //   CPU in zstd against 36 ms with one-byte switches (33 ms with one
 //   thread), and its log shrank from 2.13 to 2.01 bytes an event
 //   (formats/hslog.md, "Version 6").
+// - Version 7: a Marker's statistics byte may say 2, the statistics of
+//   another allocator than glibc's (jemalloc, tcmalloc, mimalloc: its kind,
+//   which fields it gives, then those). Readers take versions 6 and 7.
 //
 // This header is included by the recorder, so it uses no allocation and no
 // standard containers; only the encoders live here. Decoding is in
@@ -72,7 +75,9 @@
 namespace heapsnap::hslog {
 
 inline constexpr char kMagic[8] = {'H', 'E', 'A', 'P', 'S', 'N', 'A', 'P'};
-inline constexpr uint32_t kLogVersion = 6;
+inline constexpr uint32_t kLogVersion = 7;
+// The oldest version readers still take (version 7 only adds a value).
+inline constexpr uint32_t kOldestLogVersion = 6;
 inline constexpr uint32_t kHeaderSize = 16;
 
 // Times in the stream are multiples of this many nanoseconds since the
@@ -184,6 +189,43 @@ inline const char* alloc_fn_name(AllocFn fn) {
         "reallocarray"};
     auto i = static_cast<uint8_t>(fn);
     return i < kAllocFnCount ? names[i] : "?";
+}
+
+// The malloc implementation of the process (recorder/allocator.h).
+enum class AllocatorKind : uint8_t { Unknown = 0, Glibc = 1, Jemalloc = 2, Tcmalloc = 3, Mimalloc = 4 };
+inline constexpr uint8_t kAllocatorKindCount = 5;
+
+inline const char* allocator_name(AllocatorKind k) {
+    static const char* const names[kAllocatorKindCount] = {"unknown", "glibc", "jemalloc", "tcmalloc", "mimalloc"};
+    auto i = static_cast<uint8_t>(k);
+    return i < kAllocatorKindCount ? names[i] : "?";
+}
+
+// A marker's statistics byte: none, glibc's mallinfo2, or another
+// allocator's own (AllocatorStats).
+enum class MarkerStats : uint8_t { None = 0, Mallinfo = 1, Allocator = 2 };
+
+// Another allocator's statistics, in bytes; a field it does not give has
+// its bit clear in `present` and is not encoded.
+struct AllocatorStats {
+    enum Field : uint8_t { kAllocated = 1, kActive = 2, kCommitted = 4, kResident = 8, kMapped = 16 };
+    static constexpr uint8_t kAllFields = 31;
+    AllocatorKind kind = AllocatorKind::Unknown;
+    uint8_t present = 0;
+    uint64_t allocated = 0;  // in blocks handed out
+    uint64_t active = 0;     // in pages that hold blocks in use
+    uint64_t committed = 0;  // committed by the allocator
+    uint64_t resident = 0;   // physically resident
+    uint64_t mapped = 0;     // address space mapped by the allocator
+};
+
+inline void put_allocator_stats(codec::Writer& w, const AllocatorStats& s) {
+    w.u8(static_cast<uint8_t>(MarkerStats::Allocator));
+    w.u8(static_cast<uint8_t>(s.kind));
+    w.u8(s.present);
+    const uint64_t values[] = {s.allocated, s.active, s.committed, s.resident, s.mapped};
+    for (int i = 0; i < 5; ++i)
+        if (s.present & (1u << i)) w.varint(values[i]);
 }
 
 // Why a marker was written.

@@ -262,13 +262,41 @@ void RecordStream::process(codec::Reader& r, LogVisitor& visitor) {
 }
 
 void read_malloc_stats(codec::Reader& r, MarkerRecord& m) {
-    uint8_t present = r.u8();
-    if (present > 1) r.invalidate();
-    m.has_malloc = present == 1;
-    if (!m.has_malloc) return;
-    MallocStats& s = m.malloc;
-    for (uint64_t* v : {&s.arena, &s.ordblks, &s.hblks, &s.hblkhd, &s.uordblks, &s.fordblks, &s.keepcost})
-        *v = r.varint();
+    auto kind = static_cast<hslog::MarkerStats>(r.u8());
+    m.has_malloc = kind == hslog::MarkerStats::Mallinfo;
+    m.has_allocator = kind == hslog::MarkerStats::Allocator;
+    if (m.has_malloc) {
+        MallocStats& s = m.malloc;
+        for (uint64_t* v : {&s.arena, &s.ordblks, &s.hblks, &s.hblkhd, &s.uordblks, &s.fordblks, &s.keepcost})
+            *v = r.varint();
+    } else if (m.has_allocator) {
+        hslog::AllocatorStats& a = m.allocator;
+        uint8_t allocator = r.u8();
+        a.present = r.u8();
+        if (allocator == 0 || allocator >= hslog::kAllocatorKindCount || (a.present & ~hslog::AllocatorStats::kAllFields))
+            r.invalidate();
+        a.kind = static_cast<hslog::AllocatorKind>(allocator);
+        uint64_t* values[] = {&a.allocated, &a.active, &a.committed, &a.resident, &a.mapped};
+        for (int i = 0; i < 5; ++i)
+            if (a.present & (1u << i)) *values[i] = r.varint();
+    } else if (kind != hslog::MarkerStats::None) {
+        r.invalidate();
+    }
+}
+
+void write_malloc_stats(std::vector<uint8_t>& out, const MarkerRecord& m) {
+    uint8_t buf[3 + 7 * codec::kMaxVarint];
+    codec::Writer w(buf, sizeof buf);
+    if (m.has_malloc) {
+        w.u8(static_cast<uint8_t>(hslog::MarkerStats::Mallinfo));
+        const MallocStats& s = m.malloc;
+        for (uint64_t v : {s.arena, s.ordblks, s.hblks, s.hblkhd, s.uordblks, s.fordblks, s.keepcost}) w.varint(v);
+    } else if (m.has_allocator) {
+        hslog::put_allocator_stats(w, m.allocator);
+    } else {
+        w.u8(static_cast<uint8_t>(hslog::MarkerStats::None));
+    }
+    out.insert(out.end(), buf, buf + w.size());
 }
 
 void RecordStream::marker(codec::Reader& r, LogVisitor& visitor) {
@@ -334,8 +362,9 @@ LogFrames::LogFrames(const std::string& path, ReadSummary& summary, const Stream
     }
     codec::Reader header(data + sizeof hslog::kMagic, hslog::kHeaderSize - sizeof hslog::kMagic);
     uint32_t version = header.u32le();
-    if (version != hslog::kLogVersion)
-        throw Error(path + ": unsupported log format version " + std::to_string(version) + " (this heapsnap reads version " +
+    if (version < hslog::kOldestLogVersion || version > hslog::kLogVersion)
+        throw Error(path + ": unsupported log format version " + std::to_string(version) +
+                    " (this heapsnap reads versions " + std::to_string(hslog::kOldestLogVersion) + " to " +
                     std::to_string(hslog::kLogVersion) + ")");
     if (from) {
         if (from->offset < hslog::kHeaderSize || from->offset > file.size())

@@ -148,13 +148,22 @@ struct MarkerRecord {
     // mallinfo2() at the marker; the exit marker has none (formats/hslog.md).
     bool has_malloc = false;
     MallocStats malloc;
+    // Another allocator's own statistics (jemalloc, tcmalloc, mimalloc);
+    // never together with has_malloc.
+    bool has_allocator = false;
+    hslog::AllocatorStats allocator;
     std::vector<MapRegion> regions;
 };
 
-// A marker's mallinfo2() numbers as the log (version 5) and the snapshot
-// (version 3) both store them: a presence byte, then, if it is 1, the seven
-// varints; a byte above 1 invalidates `r`. Sets m.has_malloc and m.malloc.
+// A marker's allocator statistics as the log (version 7) and the snapshot
+// (version 4) both store them: a byte (hslog::MarkerStats), then for 1 the
+// seven mallinfo2 varints, for 2 another allocator's (hslog.h,
+// put_allocator_stats); any other byte, or an unknown allocator kind or
+// field, invalidates `r`. Sets m.has_malloc/m.malloc or
+// m.has_allocator/m.allocator.
 void read_malloc_stats(codec::Reader& r, MarkerRecord& m);
+// The same encoding, written (snapshot files).
+void write_malloc_stats(std::vector<uint8_t>& out, const MarkerRecord& m);
 
 struct EndRecord {
     uint64_t time_ns = 0;

@@ -7,7 +7,7 @@
 namespace heapsnap {
 namespace {
 
-const FileKind kSnapshotKind{"HSNAPSHT", kSnapshotVersion, "snapshot"};
+const FileKind kSnapshotKind{"HSNAPSHT", kSnapshotVersion, "snapshot", kOldestSnapshotVersion};
 
 }  // namespace
 
@@ -38,10 +38,7 @@ void put_marker(ByteBuffer& o, const MarkerRecord& m, bool has_data) {
     o.varint(m.rss_kb);
     o.varint(m.threads);
     o.varint(m.recorder_bytes);
-    o.u8(m.has_malloc ? 1 : 0);
-    const MallocStats& s = m.malloc;
-    if (m.has_malloc)
-        for (uint64_t v : {s.arena, s.ordblks, s.hblks, s.hblkhd, s.uordblks, s.fordblks, s.keepcost}) o.varint(v);
+    write_malloc_stats(o.bytes(), m);
     o.varint(m.regions.size());
     for (const MapRegion& r : m.regions) {
         o.varint(r.start);

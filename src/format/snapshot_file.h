@@ -27,7 +27,10 @@
 
 namespace heapsnap {
 
-inline constexpr uint32_t kSnapshotVersion = 3;  // 2: Process has sample_bytes; 3: malloc stats optional
+// 2: Process has sample_bytes; 3: malloc stats optional; 4: another
+// allocator's statistics (hslog::MarkerStats::Allocator). Readers take 3 and 4.
+inline constexpr uint32_t kSnapshotVersion = 4;
+inline constexpr uint32_t kOldestSnapshotVersion = 3;
 
 enum class EntryKind : uint8_t { Heap = 0, Mmap = 1 };
 

@@ -43,8 +43,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <type_traits>
 
 #include "format/hslog.h"
+#include "recorder/allocator.h"
 #include "recorder/lifecycle.h"
 #include "recorder/modules.h"
 #include "recorder/raw_alloc.h"
@@ -87,6 +89,7 @@ struct Real {
     int (*execveat)(int, const char*, char* const[], char* const[], int);
     int (*dlclose)(void*);
     int (*daemon)(int, int);
+    pid_t (*fork)();
     void (*exit_now)(int);    // _exit
     void (*exit_now_c)(int);  // _Exit, the same function in glibc under C99's name
 };
@@ -145,6 +148,9 @@ __attribute__((noinline)) void resolve() {
     lookup(real.daemon, "daemon");
     lookup(real.exit_now, "_exit");
     lookup(real.exit_now_c, "_Exit");
+    lookup(real.fork, "fork");
+    // Still resolving: what dlsym and dladdr allocate comes from the arena.
+    detect_allocator(reinterpret_cast<void*>(real.malloc));
     g_resolved.store(true, std::memory_order_release);
 }
 
@@ -155,6 +161,23 @@ inline bool ready() {
 }
 
 // ---- recording ------------------------------------------------------------
+
+// Calls the real allocator with in_allocator raised (thread_buffer.h): an
+// mmap it makes is its own heap, and the recorder starts no thread and
+// calls nothing that allocates until it returns.
+template <class Fn, class... Args>
+__attribute__((always_inline)) inline auto call_allocator(Fn fn, Args... args) {
+    ThreadState& t = thread_state();
+    t.in_allocator++;
+    if constexpr (std::is_void_v<decltype(fn(args...))>) {
+        fn(args...);
+        t.in_allocator--;
+    } else {
+        auto r = fn(args...);
+        t.in_allocator--;
+        return r;
+    }
+}
 
 bool should_record() {
     const ThreadState& t = thread_state();
@@ -494,7 +517,7 @@ using namespace heapsnap::recorder;
 HEAPSNAP_EXPORT void* malloc(size_t size) {
     if (!ready()) return bootstrap_alloc(size);
     bool record = should_record_prefetching(__builtin_frame_address(0));
-    void* p = real.malloc(size);
+    void* p = call_allocator(real.malloc, size);
     if (p && record) record_alloc(AllocFn::Malloc, p, size, HEAPSNAP_CALLER);
     return p;
 }
@@ -503,7 +526,7 @@ HEAPSNAP_EXPORT void free(void* p) {
     if (!p || is_bootstrap(p)) return;
     if (!ready()) return;
     if (should_record()) record_free(p);
-    real.free(p);
+    call_allocator(real.free, p);
 }
 
 HEAPSNAP_EXPORT void* calloc(size_t n, size_t size) {
@@ -513,7 +536,7 @@ HEAPSNAP_EXPORT void* calloc(size_t n, size_t size) {
         return bootstrap_alloc(total);  // static storage: already zero
     }
     bool record = should_record_prefetching(__builtin_frame_address(0));
-    void* p = real.calloc(n, size);
+    void* p = call_allocator(real.calloc, n, size);
     if (p && record) record_alloc(AllocFn::Calloc, p, n * size, HEAPSNAP_CALLER);
     return p;
 }
@@ -533,7 +556,7 @@ void* reallocate(AllocFn fn, void* old, size_t size, Caller caller) {
     }
     bool record = should_record();
     bool old_recorded = record && old && record_free(old);
-    void* p = real.realloc(old, size);
+    void* p = call_allocator(real.realloc, old, size);
     if (record) {
         if (p) {
             record_alloc(fn, p, size, caller);
@@ -573,7 +596,7 @@ HEAPSNAP_EXPORT void* reallocarray(void* old, size_t n, size_t elem) {
 
 HEAPSNAP_EXPORT void* memalign(size_t align, size_t size) {
     if (!ready()) return bootstrap_alloc(size, align < 16 ? 16 : align);
-    void* p = real.memalign(align, size);
+    void* p = call_allocator(real.memalign, align, size);
     if (p && should_record()) record_alloc(AllocFn::Memalign, p, size, HEAPSNAP_CALLER);
     return p;
 }
@@ -583,28 +606,28 @@ HEAPSNAP_EXPORT int posix_memalign(void** out, size_t align, size_t size) {
         *out = bootstrap_alloc(size, align < 16 ? 16 : align);
         return *out ? 0 : ENOMEM;
     }
-    int r = real.posix_memalign(out, align, size);
+    int r = call_allocator(real.posix_memalign, out, align, size);
     if (r == 0 && should_record()) record_alloc(AllocFn::PosixMemalign, *out, size, HEAPSNAP_CALLER);
     return r;
 }
 
 HEAPSNAP_EXPORT void* aligned_alloc(size_t align, size_t size) {
     if (!ready()) return bootstrap_alloc(size, align < 16 ? 16 : align);
-    void* p = real.aligned_alloc(align, size);
+    void* p = call_allocator(real.aligned_alloc, align, size);
     if (p && should_record()) record_alloc(AllocFn::AlignedAlloc, p, size, HEAPSNAP_CALLER);
     return p;
 }
 
 HEAPSNAP_EXPORT void* valloc(size_t size) {
     if (!ready()) return bootstrap_alloc(size, 4096);
-    void* p = real.valloc(size);
+    void* p = call_allocator(real.valloc, size);
     if (p && should_record()) record_alloc(AllocFn::Valloc, p, size, HEAPSNAP_CALLER);
     return p;
 }
 
 HEAPSNAP_EXPORT void* pvalloc(size_t size) {
     if (!ready()) return bootstrap_alloc(size, 4096);
-    void* p = real.pvalloc(size);
+    void* p = call_allocator(real.pvalloc, size);
     if (p && should_record()) record_alloc(AllocFn::Pvalloc, p, size, HEAPSNAP_CALLER);
     return p;
 }
@@ -615,7 +638,13 @@ HEAPSNAP_EXPORT void* mmap(void* addr, size_t length, int prot, int flags, int f
     if (!ready()) return reinterpret_cast<void*>(syscall(SYS_mmap, addr, length, prot, flags, fd, offset));
     void* p = real.mmap(addr, length, prot, flags, fd, offset);
     if (p == MAP_FAILED || !(flags & MAP_ANONYMOUS)) return p;
-    if (thread_state().internal) {
+    const ThreadState& t = thread_state();
+    if (t.in_allocator) {
+        // jemalloc, tcmalloc, mimalloc mapping their heap (allocator.h):
+        // its blocks are recorded one by one, the mapping is Heap.
+        auto start = reinterpret_cast<uint64_t>(p);
+        note_allocator_mapping(start, start + length);
+    } else if (t.internal) {
         // libunwind's caches and the like: the recorder's memory, not the program's.
         auto start = reinterpret_cast<uint64_t>(p);
         note_recorder_range(start, start + length);
@@ -633,6 +662,10 @@ HEAPSNAP_EXPORT int munmap(void* addr, size_t length) {
     if (!ready()) return static_cast<int>(syscall(SYS_munmap, addr, length));
     auto start = reinterpret_cast<uint64_t>(addr);
     if (forget_recorder_range(start, start + length)) return real.munmap(addr, length);
+    if (thread_state().in_allocator) {
+        forget_allocator_mapping(start, start + length);
+        return real.munmap(addr, length);
+    }
     if (should_record()) record_munmap(addr, length);
     return real.munmap(addr, length);
 }
@@ -645,6 +678,14 @@ HEAPSNAP_EXPORT void* mremap(void* old, size_t old_size, size_t new_size, int fl
         va_start(ap, flags);
         target = va_arg(ap, void*);
         va_end(ap);
+    }
+    if (thread_state().in_allocator) {
+        auto from = reinterpret_cast<uint64_t>(old);
+        forget_allocator_mapping(from, from + old_size);
+        void* p = real.mremap(old, old_size, new_size, flags, target);
+        auto to = reinterpret_cast<uint64_t>(p == MAP_FAILED ? old : p);
+        note_allocator_mapping(to, to + (p == MAP_FAILED ? old_size : new_size));
+        return p;
     }
     bool record = should_record();
     if (record) record_munmap(old, old_size);
@@ -756,6 +797,22 @@ HEAPSNAP_EXPORT int daemon(int nochdir, int noclose) {
     int saved = errno;
     after_daemon(r);
     errno = saved;
+    return r;
+}
+
+// The child of a fork starts its log, control socket and writer here,
+// once fork has returned (every atfork handler has run, the allocator's
+// included, so its locks are free again) and before the program goes on:
+// an idle daemon can be snapshotted at once. A child created otherwise
+// (clone, _Fork) starts them at its first event (preload.cpp).
+HEAPSNAP_EXPORT pid_t fork() {
+    auto real_fork = ready() && real.fork ? real.fork : reinterpret_cast<pid_t (*)()>(dlsym(RTLD_NEXT, "fork"));
+    pid_t r = real_fork();
+    if (r == 0) {
+        int saved = errno;
+        start_recording_child();
+        errno = saved;
+    }
     return r;
 }
 

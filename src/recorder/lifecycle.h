@@ -69,6 +69,11 @@ void report_stack_interning();
 // one after the other.
 void diagnostic(const char* a, const char* b = "", const char* c = "", const char* d = "", const char* e = "");
 
+// A diagnostic that says recording could not start or goes on no more:
+// on stderr and in the system log (/dev/log), since a daemon's stderr is
+// often /dev/null.
+void alert(const char* a, const char* b = "", const char* c = "", const char* d = "");
+
 // Writes v in decimal, 0-terminated, without stdio: out holds 21 bytes.
 void format_uint(uint64_t v, char* out);
 
@@ -87,5 +92,9 @@ void before_underscore_exit();
 // failed exec.
 void before_daemon();
 void after_daemon(int result);
+// In a fork child, once fork (or daemon) has returned: the child's log,
+// control socket and writer thread, now rather than at its first event,
+// so a child that only waits can be snapshotted.
+void start_recording_child();
 
 }  // namespace heapsnap::recorder

@@ -2,10 +2,12 @@
 
 #include <malloc.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <atomic>
 
 #include "addrspace/smaps_capture.h"
+#include "recorder/allocator.h"
 #include "recorder/lifecycle.h"
 #include "recorder/modules.h"
 #include "recorder/raw_alloc.h"
@@ -28,10 +30,14 @@ struct RegionSink {
     uint32_t count;
     uint64_t prev_end;
     bool overflow;
+    // The marker's own buffers, mapped only while it is taken: left out.
+    uint64_t own_start;
+    uint64_t own_end;
 };
 
 void put_region(const addrspace::RawRegion& r, void* ctx) {
     auto& sink = *static_cast<RegionSink*>(ctx);
+    if (r.start >= sink.own_start && r.end <= sink.own_end) return;
     if (sink.overflow || sink.out->room() < kRegionFixed + codec::kMaxVarint + r.path_len) {
         sink.overflow = true;
         return;
@@ -40,8 +46,12 @@ void put_region(const addrspace::RawRegion& r, void* ctx) {
     w.svarint(static_cast<int64_t>(r.start - sink.prev_end));
     w.varint(r.end - r.start);
     w.u8(r.perms);
-    bool ours = overlaps_recorder(r.start, r.end);
-    w.u8(static_cast<uint8_t>(ours ? hslog::RegionHint::Recorder : hslog::RegionHint::None));
+    hslog::RegionHint hint = hslog::RegionHint::None;
+    if (overlaps_recorder(r.start, r.end))
+        hint = hslog::RegionHint::Recorder;
+    else if (overlaps_allocator_mapping(r.start, r.end))
+        hint = hslog::RegionHint::Heap;
+    w.u8(static_cast<uint8_t>(hint));
     w.varint(r.offset);
     w.varint(r.inode);
     w.bytes(r.path, r.path_len);
@@ -59,10 +69,14 @@ uint32_t take_marker(hslog::MarkerCause cause, const char* label) {
     if (!recorder_active()) return 0;
     ThreadState& ts = thread_state();
     ts.internal++;
-    auto* payload = static_cast<uint8_t*>(raw_map(kPayloadBytes));
-    auto* scratch = static_cast<char*>(raw_map(kScratchBytes));
+    // One mapping for both buffers, kept apart from every other by
+    // MADV_DONTFORK (the kernel merges only neighbours with the same
+    // flags), so the smaps it reads show it as one region to leave out.
+    auto* payload = static_cast<uint8_t*>(raw_map(kPayloadBytes + kScratchBytes));
+    char* scratch = payload ? reinterpret_cast<char*>(payload + kPayloadBytes) : nullptr;
+    if (payload) madvise(payload, kPayloadBytes + kScratchBytes, MADV_DONTFORK);
     uint32_t index = 0;
-    if (payload && scratch) {
+    if (payload) {
         index = g_next_token.fetch_add(1, std::memory_order_relaxed);
         if (!index) index = g_next_token.fetch_add(1, std::memory_order_relaxed);
         // The module list is brought up to date at every marker, so a
@@ -82,14 +96,22 @@ uint32_t take_marker(hslog::MarkerCause cause, const char* label) {
         // The program's threads: the writer thread is the recorder's.
         if (writer_running() && threads > 0) threads--;
         w.varint(threads);
-        w.varint(raw_mapped_bytes());
+        uint64_t held = raw_mapped_bytes();
+        w.varint(held > kPayloadBytes + kScratchBytes ? held - kPayloadBytes - kScratchBytes : 0);
         // mallinfo2 walks every free chunk malloc holds, which the exit
         // marker would add to every recorded run's time (128 ms, a third of
         // the recording's cost, on a perl script leaving about 200 000):
         // only the markers asked for carry it.
-        bool with_malloc = cause != hslog::MarkerCause::Exit;
-        w.u8(with_malloc ? 1 : 0);
-        if (with_malloc) {
+        // Another allocator's statistics cost a few lookups: every marker
+        // has them. glibc's are never shown for another allocator's heap.
+        hslog::AllocatorStats stats;
+        bool with_malloc = cause != hslog::MarkerCause::Exit && allocator_kind() == hslog::AllocatorKind::Glibc;
+        if (allocator_kind() != hslog::AllocatorKind::Glibc && read_allocator_stats(stats)) {
+            hslog::put_allocator_stats(w, stats);
+        } else if (!with_malloc) {
+            w.u8(static_cast<uint8_t>(hslog::MarkerStats::None));
+        } else {
+            w.u8(static_cast<uint8_t>(hslog::MarkerStats::Mallinfo));
             struct mallinfo2 mi = mallinfo2();
             w.varint(mi.arena);
             w.varint(mi.ordblks);
@@ -101,7 +123,8 @@ uint32_t take_marker(hslog::MarkerCause cause, const char* label) {
         }
         uint8_t* count_at = payload + w.size();
         w.u32le(0);
-        RegionSink sink{&w, 0, 0, false};
+        auto own = reinterpret_cast<uint64_t>(payload);
+        RegionSink sink{&w, 0, 0, false, own, own + kPayloadBytes + kScratchBytes};
         addrspace::capture_smaps("/proc/self/smaps", scratch, kScratchBytes, put_region, &sink);
         codec::Writer patch(count_at, 4);
         patch.u32le(sink.count);
@@ -116,12 +139,11 @@ uint32_t take_marker(hslog::MarkerCause cause, const char* label) {
         }
         payload = nullptr;
     }
-    raw_unmap(scratch, kScratchBytes);
-    raw_unmap(payload, kPayloadBytes);
+    raw_unmap(payload, kPayloadBytes + kScratchBytes);
     ts.internal--;
     return index;
 }
 
-void release_marker_payload(uint8_t* payload, size_t) { raw_unmap(payload, kPayloadBytes); }
+void release_marker_payload(uint8_t* payload, size_t) { raw_unmap(payload, kPayloadBytes + kScratchBytes); }
 
 }  // namespace heapsnap::recorder

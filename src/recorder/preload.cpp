@@ -22,7 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 // Local unwinding only: the _UL* entry points of libunwind.
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
@@ -30,6 +32,7 @@
 
 #include <atomic>
 
+#include "recorder/allocator.h"
 #include "recorder/clock.h"
 #include "recorder/lifecycle.h"
 #include "recorder/markers.h"
@@ -58,6 +61,9 @@ pid_t g_owner = 0;
 pthread_key_t g_exit_key;
 // The thread ending the log (finish_log); 0: none.
 std::atomic<pid_t> g_finishing{0};
+// This log is a fork child's (start_child_log): one that records nothing
+// before it execs is removed (writer_discard_if_empty).
+bool g_fork_child = false;
 // Inside daemon(3) on this thread: a fork's parent then leaves at once.
 __thread bool t_in_daemon;  // initial-exec (meson.build)
 
@@ -73,12 +79,38 @@ bool copy_env(const char* name, char* out, size_t cap, const char* fallback) {
     return true;
 }
 
+// A relative output pattern is taken from the directory the process
+// started in, where the user asked for it: a daemon that changes directory
+// (to / as daemon(3) does) before its fork child opens a log still writes
+// there. The directory's '%' are doubled, so the pattern expands them as
+// they are. False if the result does not fit.
+bool absolute_pattern(char* pattern, size_t cap) {
+    if (!pattern[0] || pattern[0] == '/') return true;
+    char cwd[kMaxPathLen];
+    if (!getcwd(cwd, sizeof cwd)) return true;  // left relative: the log goes where the process then is
+    char out[kMaxPathLen];
+    size_t n = 0;
+    for (const char* c = cwd; *c; ++c) {
+        if (n + 3 >= sizeof out) return false;
+        if (*c == '%') out[n++] = '%';
+        out[n++] = *c;
+    }
+    if (n > 1) out[n++] = '/';
+    else n = 1;  // "/"
+    size_t len = strlen(pattern);
+    if (n + len + 1 > cap || n + len + 1 > sizeof out) return false;
+    memcpy(out + n, pattern, len + 1);
+    memcpy(pattern, out, n + len + 1);
+    return true;
+}
+
 // Garbage in HEAPSNAP_* variables is reported and replaced by the default;
 // it must never crash or stop the program.
 void read_config() {
     // An empty output_pattern tells writer_open to refuse recording.
     copy_env("HEAPSNAP_OUTPUT", g_config.output_pattern, sizeof g_config.output_pattern,
              "heapsnap.%e.%p.hslog");
+    if (!absolute_pattern(g_config.output_pattern, sizeof g_config.output_pattern)) g_config.output_pattern[0] = 0;
     if (!copy_env("HEAPSNAP_PATHS_FILE", g_config.paths_file, sizeof g_config.paths_file, ""))
         diagnostic("ignoring HEAPSNAP_PATHS_FILE (longer than 4095 bytes)");
     g_config.depth = kDefaultDepth;
@@ -223,6 +255,7 @@ void after_fork_parent() {
 
 void after_fork_child() {
     sampler_after_fork_child();
+    allocator_forget_after_fork();
     metadata_lock().reset();
     stack_insert_lock().reset();
     reset_rings_after_fork();
@@ -239,6 +272,7 @@ void after_fork_child() {
 // The child's first event: describe the modules and stacks again, open the
 // child's own log and start its writer.
 bool start_child_log() {
+    g_fork_child = true;
     g_start_ns = now_ns();
     g_owner = getpid();
     {
@@ -248,7 +282,10 @@ bool start_child_log() {
         requeue_all_stacks();
     }
     if (!writer_open()) return false;
-    writer_start_thread();
+    // Inside the allocator (a fork child's first event an mmap of
+    // jemalloc's), a thread cannot be created: the fork hook, or the
+    // first event outside it, starts the writer.
+    if (!thread_state().in_allocator) writer_start_thread();
     return true;
 }
 
@@ -333,9 +370,30 @@ void diagnostic(const char* a, const char* b, const char* c, const char* d, cons
     (void)ignored;
 }
 
+void alert(const char* a, const char* b, const char* c, const char* d) {
+    diagnostic(a, b, c, d);
+    // Also to the system log (syslog's datagram socket, LOG_USER |
+    // LOG_WARNING), where a daemon's message still reaches someone after
+    // its stderr went to /dev/null. Nothing if there is none.
+    char line[3 * kMaxPathLen];
+    char pid[24];
+    format_uint(static_cast<uint64_t>(getpid()), pid);
+    size_t n = 0;
+    for (const char* s : {"<12>heapsnap[", static_cast<const char*>(pid), "]: ", a, b, c, d})
+        for (; *s && n + 1 < sizeof line; ++s) line[n++] = *s;
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return;
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    memcpy(addr.sun_path, "/dev/log", sizeof "/dev/log");
+    ssize_t ignored = sendto(fd, line, n, MSG_DONTWAIT | MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    (void)ignored;
+    close(fd);
+}
+
 void before_exec() {
     if (g_state.load() != Active || getpid() != g_owner) return;
-    writer_stop(hslog::EndReason::Exec);
+    if (!g_fork_child || !writer_discard_if_empty()) writer_stop(hslog::EndReason::Exec);
     g_state.store(ShutDown);
 }
 
@@ -355,7 +413,15 @@ void before_daemon() { t_in_daemon = true; }
 
 void after_daemon(int result) {
     t_in_daemon = false;
-    if (result != 0) continue_in_new_log();
+    if (result != 0)
+        continue_in_new_log();
+    else
+        start_recording_child();
+}
+
+void start_recording_child() {
+    if (!recorder_active() || thread_state().in_allocator || thread_state().internal) return;
+    if (!writer_running()) writer_start_thread();
 }
 
 namespace {

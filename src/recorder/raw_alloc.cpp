@@ -45,15 +45,20 @@ size_t page_round(size_t bytes) {
 }
 
 // The syscall is used instead of mmap() because mmap itself is interposed
-// (direct anonymous mmaps of the program are recorded). MAP_NORESERVE keeps
+// (direct anonymous mmaps of the program are recorded). MADV_DONTDUMP keeps
 // the kernel from merging these mappings with the program's own anonymous
-// ones (different flags), so /proc shows the recorder's memory apart.
+// ones (it merges only neighbours with the same flags; jemalloc maps its
+// heap MAP_NORESERVE, as the recorder does), so /proc shows the recorder's
+// memory apart; and a core dump of the program leaves the recorder's
+// buffers out.
 void* mmap_syscall(size_t bytes, int extra_flags) {
     long r = syscall(SYS_mmap, nullptr, bytes, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | extra_flags, -1, 0);
     if (r < 0 && r > -4096) return nullptr;
     void* p = reinterpret_cast<void*>(r);
-    return p == MAP_FAILED ? nullptr : p;
+    if (p == MAP_FAILED) return nullptr;
+    syscall(SYS_madvise, p, bytes, MADV_DONTDUMP);
+    return p;
 }
 
 void* counted(void* p, size_t bytes) {

@@ -166,7 +166,10 @@ bool emit_slow(const Slot& event) {
         if (t_state.ring) {
             g_live_threads.fetch_add(1, std::memory_order_relaxed);
             watch_thread_exit(t_state.ring);
-            if (!writer_running()) writer_start_thread();  // paused by the last thread's exit
+            // Paused by the last thread's exit; never from inside the
+            // allocator, which may hold the lock pthread_create's calloc
+            // needs (ThreadState::in_allocator).
+            if (!writer_running() && !t_state.in_allocator) writer_start_thread();
         }
         t_state.internal--;
         if (!t_state.ring) return false;

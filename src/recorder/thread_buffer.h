@@ -170,6 +170,12 @@ struct ThreadState {
     // capture itself never calls malloc): such events are recorded, with
     // a deferred stack.
     bool capturing = false;
+    // >0: inside the real allocator, called from a malloc-family hook. The
+    // allocator may hold its own locks (jemalloc's init lock, an arena's
+    // mutex): nothing the recorder does then may start a thread, or call
+    // anything that allocates, or it waits on that lock for ever. An
+    // anonymous mmap made then is the allocator's own memory (Heap).
+    uint32_t in_allocator = 0;
 
     // Inside the recorder, or inside an append to the thread's ring: a
     // signal handler here finds the recorder's state half-made. What it

@@ -148,7 +148,7 @@ bool write_all(const uint8_t* p, size_t n) {
 void fail(const char* what) {
     if (g_failed) return;
     g_failed = true;
-    diagnostic("cannot write log ", g_path, what);
+    alert("cannot write log ", g_path, what);
 }
 
 // Hands up to `bytes` more of the frame being compressed to zstd (all of
@@ -789,7 +789,7 @@ bool writer_open() {
         ZSTD_customMem mem{raw_block_alloc, raw_block_free, nullptr};
         g_zstd = ZSTD_createCCtx_advanced(mem);
         if (!g_frame || !g_spare_frame || !g_compressed || !g_zstd) {
-            diagnostic("out of memory for the log buffers; recording disabled");
+            alert("out of memory for the log buffers; recording disabled");
             return false;
         }
         ZSTD_CCtx_setParameter(g_zstd, ZSTD_c_compressionLevel, kZstdLevel);
@@ -797,19 +797,18 @@ bool writer_open() {
     }
     if (g_wake_fd < 0) g_wake_fd = move_fd_high(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!config().output_pattern[0]) {
-        diagnostic("log path too long: HEAPSNAP_OUTPUT is longer than 4095 bytes; recording disabled");
+        alert("log path too long: HEAPSNAP_OUTPUT is longer than 4095 bytes; recording disabled");
         return false;
     }
     if (!expand_pattern(config().output_pattern, g_path, sizeof g_path) || !make_absolute(g_path, sizeof g_path)) {
-        diagnostic("log path too long: ", config().output_pattern, "; recording disabled");
+        alert("log path too long: ", config().output_pattern, "; recording disabled");
         return false;
     }
     g_fd = move_fd_high(create_log(g_path, sizeof g_path));
     if (g_fd < 0) {
         char reason[128] = ": ";
         strncat(reason, strerror(errno), sizeof reason - 3);
-        diagnostic("cannot create log ", g_path, reason);
-        diagnostic("recording disabled");
+        alert("cannot create log ", g_path, reason, "; recording disabled");
         return false;
     }
     uint8_t header[hslog::kHeaderSize];
@@ -818,7 +817,7 @@ bool writer_open() {
     h.u32le(hslog::kLogVersion);
     h.u32le(0);
     if (!write_all(header, sizeof header)) {
-        diagnostic("cannot write log ", g_path, "; recording disabled");
+        alert("cannot write log ", g_path, "; recording disabled");
         close(g_fd);
         g_fd = -1;
         return false;
@@ -982,6 +981,23 @@ void writer_stop(hslog::EndReason reason) {
     g_ended = true;
     close(g_fd);
     g_fd = -1;
+}
+
+bool writer_discard_if_empty() {
+    stop_writer_thread();
+    LockGuard guard(g_writer_lock);
+    if (g_fd < 0 || g_ended) return false;
+    drain_published_locked();
+    if (g_enc.events || g_enc.marker_count) return false;
+    // Unlinked by name only if the name is still the file written.
+    struct stat ours, named;
+    bool same = fstat(g_fd, &ours) == 0 && lstat(g_path, &named) == 0 && ours.st_dev == named.st_dev &&
+                ours.st_ino == named.st_ino;
+    if (same) unlink(g_path);
+    g_ended = true;
+    close(g_fd);
+    g_fd = -1;
+    return same;
 }
 
 void writer_forget_after_fork() {

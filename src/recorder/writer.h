@@ -45,6 +45,10 @@ void writer_stop(hslog::EndReason reason);
 // fills and at exit, and a thread that records again starts the writer
 // anew (emit).
 void writer_pause();
+// Exec of a fork child that recorded nothing (no event, no marker): its
+// log is removed instead of ended, so a child that forks only to exec
+// leaves no log behind. False (the log left open) if it recorded anything.
+bool writer_discard_if_empty();
 // In a fork child: forget the parent's file and thread (not running here).
 void writer_forget_after_fork();
 

@@ -54,6 +54,9 @@ addrspace::AddressSpaceSummary summarize_snapshot(const Snapshot& s) {
     in.tracked_live_blocks = s.totals.live_blocks;
     in.malloc = s.marker.malloc;
     in.has_malloc = s.has_marker_data && s.marker.has_malloc;
+    in.has_allocator = s.has_marker_data && s.marker.has_allocator;
+    in.allocator = s.marker.allocator;
+    in.allocator_name = addrspace::allocator_from_regions(s.marker.regions);
     in.threads = s.marker.threads;
     in.recorder_bytes = s.marker.recorder_bytes;
     return addrspace::summarize(in);

@@ -295,6 +295,15 @@ TEST_CASE("log reader: a file cut inside a frame reads up to the last complete f
     }
 }
 
+namespace {
+
+struct MarkerCounter : LogVisitor {
+    int markers = 0;
+    void on_marker(const MarkerRecord&) override { ++markers; }
+};
+
+}  // namespace
+
 TEST_CASE("log reader: bad input is refused with one clear message") {
     TempFile empty{LogBuilder().write(std::vector<uint8_t>{})};
     CHECK(expect_error(empty.path) == empty.path + ": not a heapsnap log (bad magic)");
@@ -315,15 +324,27 @@ TEST_CASE("log reader: bad input is refused with one clear message") {
         older.frame();
         TempFile f{older.write()};
         CHECK(expect_error(f.path) == f.path + ": unsupported log format version " + std::to_string(version) +
-                                          " (this heapsnap reads version 6)");
+                                          " (this heapsnap reads versions 6 to 7)");
     }
 
     LogBuilder newer;
-    newer.header(7);
+    newer.header(8);
     newer.process();
     newer.frame();
-    TempFile v7{newer.write()};
-    CHECK(expect_error(v7.path) == v7.path + ": unsupported log format version 7 (this heapsnap reads version 6)");
+    TempFile v8{newer.write()};
+    CHECK(expect_error(v8.path) == v8.path + ": unsupported log format version 8 (this heapsnap reads versions 6 to 7)");
+
+    // Version 6 differs from 7 only by the allocator statistics it never
+    // has: it is read as it is.
+    LogBuilder v6;
+    v6.header(6);
+    v6.process();
+    v6.marker(1100000, 1, "A");
+    v6.frame();
+    TempFile old6{v6.write()};
+    MarkerCounter counted;
+    read_log(old6.path, counted);
+    CHECK(counted.markers == 1);
 
     LogBuilder header_only;
     TempFile h{header_only.write()};
@@ -534,10 +555,50 @@ TEST_CASE("log reader: a marker's mallinfo2 numbers are there only if its presen
 
     LogBuilder bad;
     bad.process();
-    bad.marker(1100000, 1, "A", hslog::MarkerCause::User, 2);
+    bad.marker(1100000, 1, "A", hslog::MarkerCause::User, 3);
     bad.frame();
     TempFile g{bad.write()};
     CHECK(expect_error(g.path) == g.path + ": corrupt log: truncated or malformed record in the frame at byte 16");
+}
+
+TEST_CASE("log reader: another allocator's statistics, field by field") {
+    hslog::AllocatorStats jemalloc;
+    jemalloc.kind = hslog::AllocatorKind::Jemalloc;
+    jemalloc.present = hslog::AllocatorStats::kAllocated | hslog::AllocatorStats::kResident;
+    jemalloc.allocated = 1000;
+    jemalloc.resident = 40960;
+    jemalloc.active = 77;  // not present: neither written nor read
+    LogBuilder b;
+    b.process();
+    b.marker_with(1100000, 1, "A", jemalloc);
+    b.frame();
+    TempFile f{b.write()};
+    MarkerMalloc seen;
+    read_log(f.path, seen);
+    REQUIRE(seen.markers.size() == 1);
+    const MarkerRecord& m = seen.markers[0];
+    CHECK_FALSE(m.has_malloc);
+    REQUIRE(m.has_allocator);
+    CHECK(m.allocator.kind == hslog::AllocatorKind::Jemalloc);
+    CHECK(m.allocator.present == (hslog::AllocatorStats::kAllocated | hslog::AllocatorStats::kResident));
+    CHECK(m.allocator.allocated == 1000);
+    CHECK(m.allocator.resident == 40960);
+    CHECK(m.allocator.active == 0);
+    Snapshot snap = snapshot_at(f.path, parse_moment("A"));
+    CHECK(snap.marker.has_allocator);
+    CHECK(snap.marker.allocator.resident == 40960);
+
+    for (auto [kind, present] : {std::pair<uint8_t, uint8_t>{0, 1}, {5, 1}, {2, 32}}) {
+        hslog::AllocatorStats wrong;
+        wrong.kind = static_cast<hslog::AllocatorKind>(kind);
+        wrong.present = present;
+        LogBuilder w;
+        w.process();
+        w.marker_with(1100000, 1, "A", wrong);
+        w.frame();
+        TempFile g{w.write()};
+        CHECK(expect_error(g.path) == g.path + ": corrupt log: truncated or malformed record in the frame at byte 16");
+    }
 }
 
 TEST_CASE("moments: peak, time offsets, missing markers") {

@@ -142,6 +142,22 @@ public:
         w.u32le(0);
         done(w);
     }
+    // A marker without regions, with another allocator's statistics.
+    void marker_with(uint64_t t, uint32_t index, const char* label, const hslog::AllocatorStats& stats) {
+        codec::Writer w = room();
+        w.u8(static_cast<uint8_t>(hslog::Tag::Marker));
+        w.varint((t - now_) / hslog::kTimeUnitNs);
+        now_ = t;
+        w.varint(0);
+        w.varint(events_);
+        w.varint(index);
+        w.u8(static_cast<uint8_t>(hslog::MarkerCause::User));
+        w.str(label);
+        for (int i = 0; i < 3; ++i) w.varint(i);
+        hslog::put_allocator_stats(w, stats);
+        w.u32le(0);
+        done(w);
+    }
     void end(uint64_t t) {
         codec::Writer w = room();
         hslog::put_end(w, (t - now_) / hslog::kTimeUnitNs, hslog::EndReason::Exit, events_);

@@ -51,6 +51,26 @@ std::string error_of(const std::string& path) {
 
 }  // namespace
 
+TEST_CASE("snapshot: another allocator's statistics are kept") {
+    test::TempFile f{"/tmp/heapsnap-snapshot-allocator.hsnap"};
+    Snapshot in = sample();
+    in.marker.has_malloc = false;
+    in.marker.has_allocator = true;
+    in.marker.allocator.kind = hslog::AllocatorKind::Tcmalloc;
+    in.marker.allocator.present = hslog::AllocatorStats::kAllocated | hslog::AllocatorStats::kMapped;
+    in.marker.allocator.allocated = 4242;
+    in.marker.allocator.mapped = 1u << 20;
+    write_snapshot(f.path, in);
+    Snapshot s = read_snapshot(f.path);
+    CHECK_FALSE(s.marker.has_malloc);
+    REQUIRE(s.marker.has_allocator);
+    CHECK(s.marker.allocator.kind == hslog::AllocatorKind::Tcmalloc);
+    CHECK(s.marker.allocator.present == (hslog::AllocatorStats::kAllocated | hslog::AllocatorStats::kMapped));
+    CHECK(s.marker.allocator.allocated == 4242);
+    CHECK(s.marker.allocator.mapped == 1u << 20);
+    CHECK(s.marker.label == "after warm-up");
+}
+
 TEST_CASE("snapshot: write then read gives the same content") {
     test::TempFile f{"/tmp/heapsnap-snapshot-test.hsnap"};
     write_snapshot(f.path, sample());
@@ -89,7 +109,7 @@ TEST_CASE("snapshot: damaged files give one clear error") {
     std::vector<uint8_t> v9 = good;
     v9[8] = 9;
     put(v9);
-    CHECK(error_of(f.path) == f.path + ": unsupported snapshot format version 9 (this heapsnap reads version 3)");
+    CHECK(error_of(f.path) == f.path + ": unsupported snapshot format version 9 (this heapsnap reads versions 3 to 4)");
     std::vector<uint8_t> flipped = good;
     flipped[flipped.size() / 2] ^= 0xff;
     put(flipped);
