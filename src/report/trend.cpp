@@ -48,19 +48,31 @@ std::string csv_quote(const std::string& s) {
 
 double leak_confidence(std::span<const uint64_t> series) {
     if (series.size() < 2) return 0;
-    double weight_up = 0, weight_all = 0, up = 0, down = 0;
+    std::vector<double> steps;
+    double up = 0, down = 0;
     for (size_t i = 1; i < series.size(); ++i) {
-        auto w = static_cast<double>(i);
-        weight_all += w;
         if (series[i] > series[i - 1]) {
-            weight_up += w;
-            up += static_cast<double>(series[i] - series[i - 1]);
+            steps.push_back(static_cast<double>(series[i] - series[i - 1]));
+            up += steps.back();
         } else {
-            down += static_cast<double>(series[i - 1] - series[i]);
+            steps.push_back(-static_cast<double>(series[i - 1] - series[i]));
+            down -= steps.back();
         }
     }
     if (up <= down) return 0;
-    double confidence = (weight_up / weight_all) * ((up - down) / up);
+
+    std::vector<double> sorted = steps;
+    std::sort(sorted.begin(), sorted.end());
+    size_t mid = sorted.size() / 2;
+    double typical = sorted.size() % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+
+    double weight_grown = 0, weight_all = 0;
+    for (size_t i = 0; i < steps.size(); ++i) {
+        auto w = static_cast<double>(i + 1);
+        weight_all += w;
+        if (steps[i] > 0) weight_grown += w * (typical > 0 ? std::min(1.0, steps[i] / typical) : 1.0);
+    }
+    double confidence = (weight_grown / weight_all) * ((up - down) / up);
     return std::round(confidence * 1e4) / 1e4;
 }
 

@@ -3,17 +3,19 @@
 //
 // Two moments cannot tell a leak from a cache that is still filling, or
 // from a site that happened to be busy at the second moment; a series can.
-// A leak grows at every step and is still growing at the end; a cache
-// grows and then stays flat; noise goes up and down around a level. The
-// score looks at the steps d_i = s_i - s_(i-1) (i = 1 .. N-1) of a site's
-// series s_0 .. s_(N-1) of live bytes:
+// A leak keeps growing by similar amounts and is still growing at the end;
+// a cache grows by a lot, then by less and less (a warm-up) or not at all;
+// noise goes up and down around a level. The score looks at the steps
+// d_i = s_i - s_(i-1) (i = 1 .. N-1) of a site's series s_0 .. s_(N-1) of
+// live bytes:
 //
-//   persistence  P = sum of i over the steps with d_i > 0
-//                    / sum of i over all steps (= N(N-1)/2)
-//                    Growth at step i weighs i: late growth counts more
-//                    than early growth, so a site that stopped growing
-//                    (a cache that filled) scores low even if it grew a
-//                    lot at first.
+//   typical step r = the median of the d_i
+//   persistence  P = sum of i * c_i / sum of i (= N(N-1)/2), where step i
+//                    counts c_i = min(1, d_i / r) when it grew (d_i > 0),
+//                    else 0; when r <= 0, every step that grew counts 1.
+//                    A step counts by how much of a typical step it grew,
+//                    so the small late steps of a warm-up count little;
+//                    growth at step i weighs i, so late steps count more.
 //   net growth   M = (U - D) / U, U = sum of the d_i > 0, D = sum of |d_i < 0|,
 //                    0 when D >= U: a site that gave back what it took is
 //                    not leaking, however often it grew.
@@ -21,12 +23,15 @@
 //   leak_confidence = P * M, in [0, 1], rounded to 4 decimals (0 when the
 //   site never grew).
 //
-// Examples over 5 moments: a leak 0,1,2,3,4 scores 1; a cache 0,4,8,8,8
-// scores (1+2)/10 = 0.3; a cache full at once 0,8,8,8,8 scores 0.1; noise
-// 10,12,9,13,10 (U = 6, D = 6) scores 0; a leak that paused in the last
-// step 0,1,2,3,3 scores 0.6. A site is flagged (text output: LEAK) at
-// kLeakFlag and above: over 5 moments, growth at every step, or a single
-// pause in the first or second step with nothing given back.
+// The yardstick is the median, not the mean or the first steps' slope: a
+// leak that has run for half of the window sets it whatever came before
+// (the big first steps of a warm-up) or after (one big final allocation).
+// Examples over 5 moments: a leak 0,1,2,3,4 scores 1, and so does a leak
+// after a warm-up 0,80,90,100,110; a warm-up 0,80,84,86,87 scores 0.6333;
+// a cache full at once 0,8,8,8,8 scores 0.1; noise 10,12,9,13,10 (U = 6,
+// D = 6) scores 0; one late jump 5,5,5,5,9 scores 0.4. A site is flagged
+// (text output: LEAK) at kLeakFlag and above. formats/trend-json.md has
+// the reasoning and more examples.
 //
 // A step in which the process did nothing (two moments of one process
 // with the same event count, e.g. the "exit" marker of a program that was

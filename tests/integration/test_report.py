@@ -1,5 +1,6 @@
 """report, trends and flame graphs on trend.c, whose call sites are a leak
-(leak_request), a cache that fills in two rounds and then stays flat
+(leak_request), an index that warms up, growing by less and less
+(warm_index), a cache that fills in two rounds and then stays flat
 (cache_fill), noise that comes and goes (noise_buffers) and a size mix
 with one large block (size_mix). Every number below is derived in the
 header comment of tests/programs/trend.c."""
@@ -19,6 +20,8 @@ MOMENTS = ["r1", "r2", "r3", "r4", "r5", "exit"]
 TREND = [
     ("leak_request", "leak_request", "call_leak", [10000, 20000, 30000, 40000, 50000, 50000],
      [10, 20, 30, 40, 50, 50], 1, True, True),
+    ("warm_index", "warm_index", "call_warm", [98304, 180224, 184320, 186368, 187392, 187392],
+     [96, 176, 180, 182, 183, 183], 0.6333, False, True),
     ("cache_fill", "cache_fill", "call_cache", [65536, 131072, 131072, 131072, 131072, 131072],
      [64, 128, 128, 128, 128, 128], 0.1, False, True),
     ("noise_buffers", "noise_buffers", "call_noise", [9000, 0, 9000, 0, 9000, 9000],
@@ -30,18 +33,20 @@ NO_LIBC = ("--exclude", "^__libc|^_start")
 
 # The moment r5: call sites by bytes as (function, @site, bytes, blocks,
 # allocations up to r5).
-R5_LIVE = (400468, 191)
+R5_LIVE = (587860, 374)
 R5_SITES = [
     ("size_mix", "mix_large", 200000, 1, 1),
+    ("warm_index", "warm_index", 187392, 183, 183),
     ("cache_fill", "cache_fill", 131072, 128, 128),
     ("leak_request", "leak_request", 50000, 50, 50),
     ("size_mix", "mix_small", 10396, 9, 9),
     ("noise_buffers", "noise_buffers", 9000, 3, 9),
 ]
-R5_BY_BLOCKS = ["cache_fill", "leak_request", "mix_small", "noise_buffers", "mix_large"]
+R5_BY_BLOCKS = ["warm_index", "cache_fill", "leak_request", "mix_small", "noise_buffers", "mix_large"]
 # function, bytes, blocks, sites
 R5_FUNCTIONS = [
     ("size_mix", 210396, 10, 2),
+    ("warm_index", 187392, 183, 1),
     ("cache_fill", 131072, 128, 1),
     ("leak_request", 50000, 50, 1),
     ("noise_buffers", 9000, 3, 1),
@@ -51,7 +56,7 @@ R5_SIZES = [
     (16, 31, 4, 96, False),
     (64, 127, 3, 300, False),
     (512, 1023, 50, 50000, False),
-    (1024, 2047, 128, 131072, False),
+    (1024, 2047, 311, 318464, False),
     (2048, 4095, 3, 9000, False),
     (4096, 8191, 2, 10000, False),
     (131072, 262143, 1, 200000, True),
@@ -117,13 +122,17 @@ class TrendTest(TrendProgramTest):
         # The exit step is idle (no event after r5): left out of the score,
         # so the leak still scores 1 although its series ends flat.
         self.assert_trend(data, MOMENTS)
-        leak, cache, noise = data["entries"]
+        leak, warm, cache, noise = data["entries"]
         self.assertGreaterEqual(leak["leak_confidence"], data["flag_threshold"])
-        self.assertLess(cache["leak_confidence"], data["flag_threshold"])
+        # The warm-up grew at every step, as the leak did, but by less and
+        # less: not flagged.
+        self.assertEqual([b - a for a, b in zip(warm["series"], warm["series"][1:5])], [81920, 4096, 2048, 1024])
+        self.assertLess(warm["leak_confidence"], data["flag_threshold"])
+        self.assertLess(cache["leak_confidence"], warm["leak_confidence"])
         self.assertLess(noise["leak_confidence"], cache["leak_confidence"])
         # --top keeps the first entries, changed_sites counts them all.
         top = self.trend(log + "@*", "--top", "1")
-        self.assertEqual(top["changed_sites"], 3)
+        self.assertEqual(top["changed_sites"], 4)
         self.assertEqual(top["entries"], data["entries"][:1])
 
     def test_snapshots(self):
@@ -143,14 +152,15 @@ class TrendTest(TrendProgramTest):
                          "heapsnap: a call site has leak confidence 1, at or above --fail-on-leak-confidence 0.75\n")
         self.assertTrue(result.stdout.startswith("heapsnap trend: 6 moments"), result.stdout[:200])
         self.heapsnap("diff", every, "--fail-on-leak-confidence", "1", expect=3)
-        # Without the leak (--min-bytes 40001 leaves only the cache, +65536
-        # bytes at 0.1), only a gate at or below 0.1 fails.
+        # Without the leak (--min-bytes 40001 leaves the warm-up, +89088
+        # bytes at 0.6333, and the cache, +65536 at 0.1), the gate at 0.75
+        # passes; only a gate at or below 0.6333 fails.
         gated = self.trend(every, "--min-bytes", "40001", "--fail-on-leak-confidence", "0.75")
         self.assertEqual([(e["frames"][0]["function"], e["leak_confidence"]) for e in gated["entries"]],
-                         [("cache_fill", 0.1)])
-        self.heapsnap("diff", every, "--min-bytes", "40001", "--fail-on-leak-confidence", "0.1001", expect=0)
-        result = self.heapsnap("diff", every, "--min-bytes", "40001", "--fail-on-leak-confidence", "0.1", expect=3)
-        self.assertIn("leak confidence 0.1, at or above", result.stderr)
+                         [("warm_index", 0.6333), ("cache_fill", 0.1)])
+        self.heapsnap("diff", every, "--min-bytes", "40001", "--fail-on-leak-confidence", "0.6334", expect=0)
+        result = self.heapsnap("diff", every, "--min-bytes", "40001", "--fail-on-leak-confidence", "0.6333", expect=3)
+        self.assertIn("leak confidence 0.6333, at or above", result.stderr)
         # A two-moment diff has no confidence: a usage error.
         result = self.heapsnap("diff", log + "@r1", log + "@r5", "--fail-on-leak-confidence", "0.5", expect=2)
         self.assertIn("--fail-on-leak-confidence: needs a trend", result.stderr)
@@ -163,19 +173,22 @@ class TrendTest(TrendProgramTest):
     def test_text_bytes(self):
         log = self.record_trend()
         lines = self.heapsnap("diff", log + "@*", "--bytes", "--color", "never", *NO_LIBC).stdout.splitlines()
-        self.assertEqual(lines[0], "heapsnap trend: 6 moments, 3 call sites changed, 1 flagged as leaking "
+        self.assertEqual(lines[0], "heapsnap trend: 6 moments, 4 call sites changed, 1 flagged as leaking "
                                    "(confidence >= 0.75)")
-        self.assertRegex(lines[5], r'^    5  pid \d+  trend  marker 5 "r5" at \d+\.\d{3} s  live 400468 in 191 blocks$')
-        self.assertRegex(lines[6], r'^    6  pid \d+  trend  marker 6 "exit" at \d+\.\d{3} s  live 400468 in 191 blocks$')
+        self.assertRegex(lines[5], r'^    5  pid \d+  trend  marker 5 "r5" at \d+\.\d{3} s  live 587860 in 374 blocks$')
+        self.assertRegex(lines[6], r'^    6  pid \d+  trend  marker 6 "exit" at \d+\.\d{3} s  live 587860 in 374 blocks$')
         self.assertEqual(lines[8], "LEAK  confidence 1.00      +40000 (+40 blocks)  heap  monotonic")
         self.assertEqual(lines[9], "      live: 10000 -> 20000 -> 30000 -> 40000 -> 50000 -> 50000")
         self.assertEqual(lines[10].split()[0], "leak_request")
         self.assertTrue(lines[10].split()[1].endswith("/trend.c:%d" % site_line(SRC, "leak_request")), lines[10])
         self.assertEqual(lines[11].split()[0], "main")
-        self.assertEqual(lines[13], "      confidence 0.10      +65536 (+64 blocks)  heap  monotonic")
-        self.assertEqual(lines[14], "      live: 65536 -> 131072 -> 131072 -> 131072 -> 131072 -> 131072")
-        self.assertEqual(lines[18], "      confidence 0.00           0 (0 blocks)  heap")
-        self.assertEqual(lines[19], "      live: 9000 -> 0 -> 9000 -> 0 -> 9000 -> 9000")
+        self.assertEqual(lines[13], "      confidence 0.63      +89088 (+87 blocks)  heap  monotonic")
+        self.assertEqual(lines[14], "      live: 98304 -> 180224 -> 184320 -> 186368 -> 187392 -> 187392")
+        self.assertEqual(lines[15].split()[0], "warm_index")
+        self.assertEqual(lines[18], "      confidence 0.10      +65536 (+64 blocks)  heap  monotonic")
+        self.assertEqual(lines[19], "      live: 65536 -> 131072 -> 131072 -> 131072 -> 131072 -> 131072")
+        self.assertEqual(lines[23], "      confidence 0.00           0 (0 blocks)  heap")
+        self.assertEqual(lines[24], "      live: 9000 -> 0 -> 9000 -> 0 -> 9000 -> 9000")
 
     def test_csv(self):
         log = self.record_trend()
@@ -184,13 +197,14 @@ class TrendTest(TrendProgramTest):
             "leak_confidence,bytes_delta,blocks_delta,monotonic,kind,allocating_frame,stack,"
             "bytes_1,bytes_2,bytes_3,bytes_4,bytes_5,bytes_6",
             "1.0000,40000,40,1,heap,leak_request,leak_request;main,10000,20000,30000,40000,50000,50000",
+            "0.6333,89088,87,1,heap,warm_index,warm_index;main,98304,180224,184320,186368,187392,187392",
             "0.1000,65536,64,1,heap,cache_fill,cache_fill;main,65536,131072,131072,131072,131072,131072",
             "0.0000,0,0,0,heap,noise_buffers,noise_buffers;main,9000,0,9000,0,9000,9000",
         ])
 
     def test_folded(self):
         log = self.record_trend()
-        growth = ["main;cache_fill 65536", "main;leak_request 40000"]
+        growth = ["main;cache_fill 65536", "main;leak_request 40000", "main;warm_index 89088"]
         out = self.heapsnap("diff", log + "@r1", log + "@r5", "--format", "folded", *NO_LIBC).stdout
         self.assertEqual(out.splitlines(), growth)
         # A trend draws the growth from its first to its last moment.
@@ -204,7 +218,7 @@ class TrendTest(TrendProgramTest):
         expected = ";".join(folded_label(f) for f in reversed(leak["frames"])) + " 40000"
         self.assertTrue(expected.endswith(";main;leak_request 40000"), expected)
         out = self.heapsnap("diff", log + "@r1", log + "@r5", "--format", "folded").stdout.splitlines()
-        self.assertEqual(len(out), 2, out)
+        self.assertEqual(len(out), 3, out)
         self.assertEqual(out[1], expected)
 
     def svg_titles(self, text):
@@ -216,18 +230,19 @@ class TrendTest(TrendProgramTest):
     def test_svg(self):
         log = self.record_trend()
         titles = self.svg_titles(self.heapsnap("diff", log + "@r1", log + "@r5", "--format", "svg").stdout)
-        self.assertEqual(titles[0], "all (105536 bytes, 103.1 KiB, 100.00%)")
-        self.assertIn("leak_request (40000 bytes, 39.1 KiB, 37.90%)", titles)
-        self.assertIn("cache_fill (65536 bytes, 64.0 KiB, 62.10%)", titles)
+        self.assertEqual(titles[0], "all (194624 bytes, 190.1 KiB, 100.00%)")
+        self.assertIn("leak_request (40000 bytes, 39.1 KiB, 20.55%)", titles)
+        self.assertIn("cache_fill (65536 bytes, 64.0 KiB, 33.67%)", titles)
+        self.assertIn("warm_index (89088 bytes, 87.0 KiB, 45.77%)", titles)
         self.assertFalse([t for t in titles if t.startswith("noise_buffers")], titles)
         titles = self.svg_titles(self.heapsnap("diff", log + "@*", "--format", "svg").stdout)
-        self.assertIn("leak_request (40000 bytes, 39.1 KiB, 37.90%)", titles)
+        self.assertIn("leak_request (40000 bytes, 39.1 KiB, 20.55%)", titles)
         text = self.heapsnap("report", log + "@r5", "--format", "svg").stdout
         self.assertIn("Live heap of trend at &quot;r5&quot;", text)
         titles = self.svg_titles(text)
-        self.assertEqual(titles[0], "all (400468 bytes, 391.1 KiB, 100.00%)")
-        self.assertIn("leak_request (50000 bytes, 48.8 KiB, 12.49%)", titles)
-        self.assertIn("size_mix (210396 bytes, 205.5 KiB, 52.54%)", titles)
+        self.assertEqual(titles[0], "all (587860 bytes, 574.1 KiB, 100.00%)")
+        self.assertIn("leak_request (50000 bytes, 48.8 KiB, 8.51%)", titles)
+        self.assertIn("size_mix (210396 bytes, 205.5 KiB, 35.79%)", titles)
 
 
 class ReportTest(TrendProgramTest):
@@ -244,7 +259,7 @@ class ReportTest(TrendProgramTest):
             self.assertGreater(s["age_newest_s"], 0)
         # The leak keeps allocating: its oldest block is from round 1, its
         # newest from round 5. The large block is one block.
-        leak, large = sites[2], sites[0]
+        leak, large = sites[3], sites[0]
         self.assertGreater(leak["age_oldest_s"], leak["age_newest_s"])
         self.assertEqual(large["age_oldest_s"], large["age_newest_s"])
         self.assertEqual([s["frames"][0]["line"] for s in data["sites_by_blocks"]],
@@ -254,16 +269,16 @@ class ReportTest(TrendProgramTest):
         self.assertEqual(len(data["modules"]), 1)
         module = data["modules"][0]
         self.assertEqual(os.path.basename(module["frame"]["module"]), "trend")
-        self.assertEqual((module["bytes"], module["blocks"], module["sites"]), R5_LIVE + (5,))
+        self.assertEqual((module["bytes"], module["blocks"], module["sites"]), R5_LIVE + (len(R5_SITES),))
 
     def assert_r5_totals(self, data):
         t = data["totals"]
         self.assertEqual((t["live_bytes"], t["live_blocks"]), R5_LIVE)
         self.assertEqual((t["mmap_bytes"], t["mmap_regions"]), (0, 0))
-        self.assertEqual(t["allocations"], 347)
+        self.assertEqual(t["allocations"], 530)
         self.assertEqual(t["untracked_frees"], 0)
         # The last noise block of round 5 makes the peak.
-        self.assertEqual(t["peak_bytes"], 400468)
+        self.assertEqual(t["peak_bytes"], R5_LIVE[0])
         self.assertLessEqual(t["peak_time_s"], data["moment"]["time_s"])
         self.assertEqual((data["moment"]["label"], data["moment"]["marker_index"]), ("r5", 5))
 
@@ -279,14 +294,14 @@ class ReportTest(TrendProgramTest):
                          R5_SIZES)
         self.assertEqual((sizes["large_threshold"], sizes["large_blocks"], sizes["large_bytes"]), (131072, 1, 200000))
         h = data["history"]
-        self.assertEqual((h["heap_allocations"], h["temporary_allocations"]), (347, 150))
+        self.assertEqual((h["heap_allocations"], h["temporary_allocations"]), (530, 150))
         self.assertEqual((h["peak"]["live_bytes"], h["peak"]["live_blocks"]), R5_LIVE)
         self.assertEqual(h["peak"]["time_s"], data["totals"]["peak_time_s"])
         temporary = h["sites_by_temporary"]
         self.assertEqual([(s["temporary"], s["allocations"], s["bytes"], s["blocks"]) for s in temporary],
                          [(150, 150, 0, 0)])
         self.assert_program_frames(temporary[0]["frames"], "noise_buffers", "noise_churn", "call_noise")
-        self.assertEqual(sum(b["allocations"] for b in h["rate"]), 347)
+        self.assertEqual(sum(b["allocations"] for b in h["rate"]), 530)
         self.assertLessEqual(len(h["rate"]), 20)
         # --top 1 keeps one row per list.
         top = self.report(log + "@r5", "--top", "1")
@@ -297,23 +312,23 @@ class ReportTest(TrendProgramTest):
     def test_history_up_to_the_moment(self):
         log = self.record_trend()
         data = self.report(log + "@r2", "--top", "0")
-        # 10 mix + 20 leak + 128 cache + 30 churn + 3 noise allocations; the
-        # peak was before round 2 freed the noise blocks, with one churn
-        # block live.
-        self.assertEqual(data["totals"]["allocations"], 191)
-        self.assertEqual((data["totals"]["live_bytes"], data["totals"]["live_blocks"]), (361468, 158))
+        # 10 mix + 20 leak + 128 cache + 176 warm + 30 churn + 3 noise
+        # allocations; the peak was before round 2 freed the noise blocks,
+        # with one churn block live.
+        self.assertEqual(data["totals"]["allocations"], 367)
+        self.assertEqual((data["totals"]["live_bytes"], data["totals"]["live_blocks"]), (541692, 334))
         h = data["history"]
-        self.assertEqual((h["heap_allocations"], h["temporary_allocations"]), (191, 30))
-        self.assertEqual((h["peak"]["live_bytes"], h["peak"]["live_blocks"]), (370532, 162))
+        self.assertEqual((h["heap_allocations"], h["temporary_allocations"]), (367, 30))
+        self.assertEqual((h["peak"]["live_bytes"], h["peak"]["live_blocks"]), (550756, 338))
         peak = [(s["frames"][0]["line"], s["bytes"], s["blocks"], s["age_oldest_s"], s["allocations"])
                 for s in h["peak"]["sites"]]
         self.assertEqual(peak, [(site_line(SRC, site), size, blocks, None, None) for site, size, blocks in (
-            ("mix_large", 200000, 1), ("cache_fill", 131072, 128), ("leak_request", 20000, 20),
+            ("mix_large", 200000, 1), ("warm_index", 180224, 176), ("cache_fill", 131072, 128), ("leak_request", 20000, 20),
             ("mix_small", 10396, 9), ("noise_buffers", 9000, 3), ("noise_churn", 64, 1))])
         # A log without @ is its exit: everything, as at r5.
         at_exit = self.report(log)
         self.assertEqual(at_exit["moment"]["label"], "exit")
-        self.assertEqual((at_exit["totals"]["live_bytes"], at_exit["history"]["heap_allocations"]), (400468, 347))
+        self.assertEqual((at_exit["totals"]["live_bytes"], at_exit["history"]["heap_allocations"]), (587860, 530))
 
     def test_snapshot(self):
         log = self.record_trend()
@@ -354,32 +369,33 @@ class ReportTest(TrendProgramTest):
         out = self.heapsnap("report", log + "@r5", "--format", "folded", *NO_LIBC).stdout
         # size_mix's two sites are one stack once libc's frames are gone.
         self.assertEqual(out.splitlines(), ["main;cache_fill 131072", "main;leak_request 50000",
-                                            "main;noise_buffers 9000", "main;size_mix 210396"])
+                                            "main;noise_buffers 9000", "main;size_mix 210396",
+                                            "main;warm_index 187392"])
 
     def test_text(self):
         log = self.record_trend()
         text = self.heapsnap("report", log + "@r5", "--bytes", "--color", "never").stdout.splitlines()
-        for line in ("  live heap         400468 in 191 blocks",
+        for line in ("  live heap         587860 in 374 blocks",
                      "  live mmap         0 in 0 regions",
-                     "  allocations       347 (malloc family and mmap calls up to the moment)",
-                     "  temporary         150 (43.2 % of 347 heap allocations)",
+                     "  allocations       530 (malloc family and mmap calls up to the moment)",
+                     "  temporary         150 (28.3 % of 530 heap allocations)",
                      "  untracked frees   0",
-                     "Top 5 of 5 call sites by live bytes",
-                     "    1      210396        10    52.5      2  size_mix  (trend)",
-                     "    3       50000        50    12.5      1  leak_request  (trend)",
-                     "  [512 B, 1 KiB)                50       50000    12.5  ####",
+                     "Top 6 of 6 call sites by live bytes",
+                     "    1      210396        10    35.8      2  size_mix  (trend)",
+                     "    4       50000        50     8.5      1  leak_request  (trend)",
+                     "  [512 B, 1 KiB)                50       50000     8.5  ###",
                      "  large blocks (>= 128 KiB, glibc's default M_MMAP_THRESHOLD: each is its own mmap): "
-                     "1 blocks, 200000, 49.9 % of live bytes"):
+                     "1 blocks, 200000, 34.0 % of live bytes"):
             self.assertIn(line, text)
-        self.assertIn("  400468 in 191 blocks at ", "\n".join(text))
+        self.assertIn("  587860 in 374 blocks at ", "\n".join(text))
         large = [line for line in text if line.startswith("  [128 KiB, 256 KiB)")]
         self.assertEqual(len(large), 1, text)
-        self.assertEqual(large[0].split()[4:7], ["1", "200000", "49.9"])
+        self.assertEqual(large[0].split()[4:7], ["1", "200000", "34.0"])
         self.assertTrue(large[0].endswith("  large"), large[0])
         # Without --bytes, sizes are human-readable.
         text = self.heapsnap("report", log + "@r5", "--color", "never").stdout.splitlines()
-        self.assertIn("  live heap         391.1 KiB in 191 blocks", text)
-        self.assertIn("    2        50    48.8 KiB  leak_request  trend.c:%d  (trend)" % site_line(SRC, "leak_request"), text)
+        self.assertIn("  live heap         574.1 KiB in 374 blocks", text)
+        self.assertIn("    3        50    48.8 KiB  leak_request  trend.c:%d  (trend)" % site_line(SRC, "leak_request"), text)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-// Trends: the leak-confidence score, and a trend over five moments with a
-// true leak, a cache that fills and then stays flat, and noise — only the
-// leak may be flagged. Modules have no file on disk ("[jit]"), so frames
+// Trends: the leak-confidence score (steps measured against the median
+// step), and a trend over five moments with a true leak, a cache that
+// fills and then stays flat, and noise — only the leak may be flagged. Modules have no file on disk ("[jit]"), so frames
 // stay module+offset.
 #include <doctest/doctest.h>
 
@@ -79,6 +79,46 @@ TEST_CASE("leak confidence: leak, cache, noise, pauses") {
     CHECK(score({0, 1, 2, 3, 4}) >= kLeakFlag);
     CHECK(score({0, 1, 1, 2, 3}) >= kLeakFlag);
     CHECK(score({0, 1, 2, 2, 3}) < kLeakFlag);
+}
+
+TEST_CASE("leak confidence weighs the size of each step against the median step") {
+    const uint64_t kib = 1024;
+    // A cache warming up: 98.3 -> 178.1 -> 181.4 -> 181.8 KiB. It grew in
+    // every step, but its last step (409 bytes) is 0.12 of the median step
+    // (3380): (1 + 2 + 3 * 409/3380) / 6.
+    CHECK(score({100659, 182374, 185754, 186163}) == 0.5605);
+    CHECK(score({100659, 182374, 185754, 186163}) < kLeakFlag);
+    CHECK(score({0, 100, 101}) == 0.3465);  // (1 + 2 * 1/50.5) / 3
+
+    // A steady leak, +10 KiB a step.
+    CHECK(score({100 * kib, 110 * kib, 120 * kib, 130 * kib, 140 * kib, 150 * kib}) == 1.0);
+    // The same leak after the warm-up's first step: the median step is the
+    // leak's, whatever the warm-up before it.
+    CHECK(score({100659, 182374, 192614, 202854, 213094}) == 1.0);
+    // Noisy growth, steps of 9, 14, 6, 12, 8, 11 KiB (median 10):
+    // (0.9 + 2 + 3 * 0.6 + 4 + 5 * 0.8 + 6) / 21.
+    CHECK(score({50 * kib, 59 * kib, 73 * kib, 79 * kib, 91 * kib, 99 * kib, 110 * kib}) == 0.8905);
+    // With one step down, steps of 12, -2, 11, 9, 10 KiB (median 10):
+    // (1 + 3 + 4 * 0.9 + 5) / 15 * 40/42.
+    CHECK(score({50 * kib, 62 * kib, 60 * kib, 71 * kib, 80 * kib, 90 * kib}) == 0.8);
+    CHECK(score({50 * kib, 59 * kib, 73 * kib, 79 * kib, 91 * kib, 99 * kib, 110 * kib}) >= kLeakFlag);
+
+    // One big final allocation: alone it is one late step of growth (the
+    // median step is 0, so each step that grew counts 1); after the
+    // warm-up it counts 1 but lifts the median to 27 KiB, against which
+    // the warm-up's late steps count little; after a steady leak it does
+    // not lift the median.
+    CHECK(score({180 * kib, 180 * kib, 180 * kib, 180 * kib, 230 * kib}) == 0.4);
+    CHECK(score({100659, 182374, 185754, 186163, 186163 + 50 * kib}) == 0.5293);
+    CHECK(score({100 * kib, 110 * kib, 120 * kib, 130 * kib, 140 * kib, 240 * kib}) == 1.0);
+
+    // The examples of formats/trend-json.md.
+    CHECK(score({0, 80, 90, 100, 110}) == 1.0);
+    CHECK(score({0, 10, 20, 30, 130}) == 1.0);
+    CHECK(score({0, 9, 23, 29, 41}) == 0.8571);
+    CHECK(score({0, 80, 84, 86, 87}) == 0.6333);
+    CHECK(score({0, 80, 84, 86, 136}) == 0.5519);
+    CHECK(score({5, 5, 5, 5, 9}) == 0.4);
 }
 
 TEST_CASE("trend: only the leak is flagged; the cache and the noise rank below it") {
