@@ -163,8 +163,9 @@ int run(const RunOptions& o) {
     }
     std::ifstream paths(paths_file);
     int logs = 0;
+    // A fork child that recorded nothing before exec removed its log.
     for (std::string line; std::getline(paths, line);)
-        if (!line.empty()) std::cerr << "heapsnap: log: " << line << "\n", ++logs;
+        if (!line.empty() && access(line.c_str(), F_OK) == 0) std::cerr << "heapsnap: log: " << line << "\n", ++logs;
     if (!logs && is_set_id(o.command[0]))
         warn(o.command[0] + " is setuid/setgid: such programs are not recorded (secure-execution mode); no log was written");
     else if (!logs)

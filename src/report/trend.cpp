@@ -211,7 +211,7 @@ nlohmann::json trend_to_json(const std::vector<Snapshot>& moments, const TrendRe
                            {"frames", std::move(frames)}});
     }
     return {{"format", "heapsnap-trend"},
-            {"version", 1},
+            {"version", 2},
             {"moments", std::move(ms)},
             {"flag_threshold", kLeakFlag},
             {"changed_sites", t.entries.size()},

@@ -79,7 +79,7 @@ class TrendProgramTest(HeapsnapTest):
     def trend(self, *args, expect=0):
         data = self.json_of("diff", *args, "--format", "json", expect=expect)
         self.assertEqual(data["format"], "heapsnap-trend")
-        self.assertEqual(data["version"], 1)
+        self.assertEqual(data["version"], 2)
         return data
 
     def report(self, target, *options):

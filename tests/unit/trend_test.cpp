@@ -150,7 +150,7 @@ TEST_CASE("trend: only the leak is flagged; the cache and the noise rank below i
 
     nlohmann::json j = trend_to_json(ms, t);
     CHECK(j["format"] == "heapsnap-trend");
-    CHECK(j["version"] == 1);
+    CHECK(j["version"] == 2);
     REQUIRE(j["moments"].size() == 5);
     CHECK(j["moments"][0]["pid"] == 5);
     CHECK(j["moments"][0]["exe"] == "/bin/server");
