@@ -934,7 +934,11 @@ void stop_writer_thread() {
         if (g_running.exchange(false)) {
             g_stop.store(true, std::memory_order_release);
             wake_now();
+            // pthread_join frees the writer's TLS block: the recorder's
+            // memory, not a free of the program's.
+            thread_state().internal++;
             pthread_join(g_thread, nullptr);
+            thread_state().internal--;
         }
         control_close();
     });
