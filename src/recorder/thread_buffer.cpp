@@ -29,6 +29,13 @@ __thread ThreadState t_state;
 SpinLock g_registry_lock;
 ThreadRing* g_rings = nullptr;      // registered, in registration order
 ThreadRing* g_free_rings = nullptr;  // drained, ready for reuse
+uint32_t g_free_count = 0;
+// Drained rings kept for threads to come; the writer unmaps the others.
+constexpr uint32_t kSpareRings = 8;
+// Retired rings the writer has not taken off the list yet. Past half the
+// spares, a thread's exit wakes the writer, so that threads which come and
+// go faster than it wakes by itself find a ring to reuse.
+std::atomic<uint32_t> g_retired_waiting{0};
 std::atomic<uint32_t> g_next_thread{0};
 std::atomic<uint32_t> g_live_threads{0};
 
@@ -45,6 +52,7 @@ ThreadRing* new_ring(uint32_t thread_index) {
         if (g_free_rings) {
             ring = g_free_rings;
             g_free_rings = ring->next;
+            g_free_count--;
         }
     }
     if (ring) {
@@ -179,11 +187,16 @@ bool emit_slow(const Slot& event) {
 }
 
 void retire_current_thread() {
-    if (!t_state.ring) return;
-    t_state.ring->retired.store(1, std::memory_order_release);
+    ThreadRing* ring = t_state.ring;
+    if (!ring) return;
+    // A signal handler from here on appends to the shared ring: once
+    // retired, the writer may unmap this one.
     t_state.ring = nullptr;
     t_state.retired = true;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    ring->retired.store(1, std::memory_order_release);
     g_live_threads.fetch_sub(1, std::memory_order_relaxed);
+    if (g_retired_waiting.fetch_add(1, std::memory_order_relaxed) + 1 >= kSpareRings / 2) writer_wake();
 }
 
 void order_publication_init() {
@@ -220,30 +233,58 @@ SpinLock& registry_lock() { return g_registry_lock; }
 ThreadRing* ring_list() { return g_rings; }
 
 void recycle_drained_rings() {
-    LockGuard guard(g_registry_lock);
-    ThreadRing** link = &g_rings;
-    while (ThreadRing* r = *link) {
-        bool drained = r->retired.load(std::memory_order_acquire) &&
-                       r->tail.load(std::memory_order_relaxed) == r->head.load(std::memory_order_acquire);
-        if (drained) {
+    ThreadRing* surplus = nullptr;
+    uint32_t drained_count = 0;
+    {
+        LockGuard guard(g_registry_lock);
+        ThreadRing** link = &g_rings;
+        while (ThreadRing* r = *link) {
+            bool drained = r->retired.load(std::memory_order_acquire) &&
+                           r->tail.load(std::memory_order_relaxed) == r->head.load(std::memory_order_acquire);
+            if (!drained) {
+                link = &r->next;
+                continue;
+            }
             *link = r->next;
+            drained_count++;
             r->next = g_free_rings;
             g_free_rings = r;
-        } else {
-            link = &r->next;
+            g_free_count++;
         }
+        for (; g_free_count > kSpareRings; g_free_count--) {
+            ThreadRing* r = g_free_rings;
+            g_free_rings = r->next;
+            r->next = surplus;
+            surplus = r;
+        }
+    }
+    if (drained_count) g_retired_waiting.fetch_sub(drained_count, std::memory_order_relaxed);
+    while (ThreadRing* r = surplus) {
+        surplus = r->next;
+        raw_unmap(r, sizeof(ThreadRing));
     }
 }
 
 void reset_rings_after_fork() {
-    // The parent's other threads do not exist here; their rings (and any
-    // slots they still held) belong to the parent's log. Keep the memory of
-    // this thread's ring only.
+    // The parent's threads do not exist here but this one; their rings
+    // (and any slots they still held) belong to the parent's log. Their
+    // memory waits for the child's threads, and the writer unmaps what is
+    // past the spares. Not a ring inside an append (a signal handler forked
+    // there): the append writes to it when the handler returns.
     g_registry_lock.reset();
     g_shared_lock.reset();
     g_shared_owner.store(0, std::memory_order_relaxed);
+    for (ThreadRing* r = g_rings; r;) {
+        ThreadRing* next = r->next;
+        if (!r->depth) {
+            r->next = g_free_rings;
+            g_free_rings = r;
+            g_free_count++;
+        }
+        r = next;
+    }
     g_rings = nullptr;
-    g_free_rings = nullptr;
+    g_retired_waiting.store(0, std::memory_order_relaxed);
     g_rings_created.store(0, std::memory_order_relaxed);  // this thread alone
     stamp_tick_make_stale();  // no writer thread here yet
     g_shared_ring = nullptr;

@@ -344,7 +344,7 @@ inline bool emit(const Slot& slot) {
 uint32_t current_thread_index();
 
 // Called from the pthread key destructor: the thread's last event was
-// published; the writer may recycle the ring once drained.
+// published; the writer may reuse or unmap the ring once drained.
 void retire_current_thread();
 
 // Chooses how producers raise in_flight: registers for membarrier. Once at
@@ -372,9 +372,11 @@ void for_each_ring(Fn&& fn);
 
 SpinLock& registry_lock();
 ThreadRing* ring_list();
-// Removes drained retired rings from the list and keeps them for reuse.
+// Removes drained retired rings from the list, keeps a few for threads to
+// come and unmaps the others. Only where no Cursor of the writer's outlives
+// it (the end of a round).
 void recycle_drained_rings();
-// After fork: only the calling thread survives; forget every ring.
+// After fork: only the calling thread survives; every ring is free.
 void reset_rings_after_fork();
 // Threads currently registered (for markers).
 uint32_t live_thread_count();

@@ -497,6 +497,9 @@ struct alignas(64) PoolSlot {
 };
 
 constexpr uint32_t kPoolSlots = kStackCaches;
+// Free caches kept mapped for threads to come; a thread that exits past
+// that many unmaps its own.
+constexpr uint32_t kSpareCaches = 8;
 constinit PoolSlot g_pool[kPoolSlots];
 std::atomic<uint32_t> g_next_slot{0};
 __thread uint32_t t_slot;   // 1 + the pool slot this thread tries first; 0: none yet
@@ -533,6 +536,39 @@ Borrowed borrow_owned() {
     return Borrowed{nullptr, 0, false};
 }
 
+// Makes slot i, whose busy flag the caller just took, the calling
+// thread's own.
+Borrowed own(StackCache* c, uint32_t i) {
+    g_pool[i].owner_walking = true;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    forget_local_keys(c, i);
+    t_owned = i + 1;
+    return Borrowed{c, i, true};
+}
+
+// A thread's first walk: the lowest free slot whose cache is mapped, else
+// the lowest free one, becomes its own. So threads that come and go reuse
+// the caches of those gone, and no more are mapped than threads record at
+// once, plus the spares release_stack_cache keeps. Null cache when every
+// slot is busy or there is no memory.
+Borrowed take_lowest_free() {
+    for (bool mapped_only : {true, false}) {
+        for (uint32_t i = 0; i < kPoolSlots; ++i) {
+            PoolSlot& s = g_pool[i];
+            if (mapped_only && !s.cache.load(std::memory_order_relaxed)) continue;
+            if (s.busy.load(std::memory_order_relaxed) || s.busy.exchange(true, std::memory_order_acquire)) continue;
+            StackCache* c = cache_of(s);
+            if (!c) {
+                s.busy.store(false, std::memory_order_release);
+                return Borrowed{nullptr, 0, false};
+            }
+            t_slot = i + 1;
+            return own(c, i);
+        }
+    }
+    return Borrowed{nullptr, 0, false};
+}
+
 // Borrows a cache for one walk: the one the thread owns, or else a free
 // one near its usual slot, which it then owns unless it is past its exit
 // hook (it would never give it back).
@@ -541,11 +577,16 @@ Borrowed borrow_owned() {
 // checked against memory before use, never trusted.
 Borrowed borrow() {
     if (Borrowed b = borrow_owned(); b.owned) return b;
-    if (!t_slot) t_slot = 1 + g_next_slot.fetch_add(1, std::memory_order_relaxed) % kPoolSlots;
     const bool may_own = !t_owned && !t_released;
+    if (!t_slot && may_own)
+        if (Borrowed b = take_lowest_free(); b.cache) return b;
+    if (!t_slot) t_slot = 1 + g_next_slot.fetch_add(1, std::memory_order_relaxed) % kPoolSlots;
     for (uint32_t tries = 0; tries < 4; ++tries) {
         uint32_t i = (t_slot - 1 + tries) % kPoolSlots;
         PoolSlot& s = g_pool[i];
+        // One walk is not worth mapping a cache for (an exiting thread
+        // may just have unmapped this one).
+        if (!may_own && !s.cache.load(std::memory_order_relaxed)) continue;
         if (s.busy.load(std::memory_order_relaxed) || s.busy.exchange(true, std::memory_order_acquire)) continue;
         StackCache* c = cache_of(s);
         if (!c) {
@@ -553,13 +594,7 @@ Borrowed borrow() {
             return Borrowed{nullptr, 0, false};
         }
         t_slot = i + 1;
-        if (may_own) {
-            s.owner_walking = true;
-            std::atomic_signal_fence(std::memory_order_seq_cst);
-            forget_local_keys(c, i);
-            t_owned = i + 1;
-            return Borrowed{c, i, true};
-        }
+        if (may_own) return own(c, i);
         return Borrowed{c, i, false};
     }
     return Borrowed{nullptr, 0, false};
@@ -1183,6 +1218,16 @@ void release_stack_cache() {
     PoolSlot& s = g_pool[t_owned - 1];
     t_owned = 0;
     s.owner_walking = false;
+    uint32_t spares = 0;
+    for (const PoolSlot& other : g_pool)
+        spares += !other.busy.load(std::memory_order_relaxed) && other.cache.load(std::memory_order_relaxed);
+    if (spares >= kSpareCaches) {
+        // Still busy: no other thread takes the slot until its cache is
+        // gone; the next to take it maps a fresh one.
+        StackCache* c = s.cache.load(std::memory_order_relaxed);
+        s.cache.store(nullptr, std::memory_order_relaxed);
+        raw_unmap(c, sizeof(StackCache));
+    }
     s.busy.store(false, std::memory_order_release);
 }
 

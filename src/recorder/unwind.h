@@ -74,17 +74,19 @@
 // here, and churning threads would leak it).
 //
 // The caches: a pool of 128. A recording thread owns one until its exit
-// hook (borrowed then with plain stores); one past its exit hook, or a
-// signal handler interrupting a walk, borrows a free one for one walk with
-// an atomic flag; so a thread, a signal handler interrupting it, another
-// thread or a fork child never use one at the same time. Nothing in them
-// is trusted without the link check, so any thread may take any of them.
-// More than 128 recording threads at once: the rest walk without a cache
-// (slower, same stacks). About 530 KiB each (370 KiB of it segments),
-// mapped on first use and populated then (raw_map_populated: a page first
-// read, then written, would cost a second fault and a TLB shootdown): all
-// of it resident from then on (a freed cache waits for the next thread),
-// and counted as recorder memory.
+// hook (borrowed then with plain stores): the lowest free one, so threads
+// that come and go reuse the caches of those gone. One past its exit
+// hook, or a signal handler interrupting a walk, borrows a free one for
+// one walk with an atomic flag; so a thread, a signal handler interrupting
+// it, another thread or a fork child never use one at the same time.
+// Nothing in them is trusted without the link check, so any thread may
+// take any of them. More than 128 recording threads at once: the rest walk
+// without a cache (slower, same stacks). About 530 KiB each (370 KiB of it
+// segments), mapped on first use and populated then (raw_map_populated: a
+// page first read, then written, would cost a second fault and a TLB
+// shootdown), and counted as recorder memory. A freed cache waits for the
+// next thread; past 8 free ones, an exiting thread unmaps its own, so the
+// caches mapped follow the threads alive, not every thread there was.
 #pragma once
 
 #include <cstdint>

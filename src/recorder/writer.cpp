@@ -111,6 +111,7 @@ SleepFlag g_sleeping;
 std::atomic<bool> g_intervals_closed{false};
 std::atomic<bool> g_interval_busy{false};
 pthread_t g_thread;
+void* g_writer_stack = nullptr;
 // Held across a start or a stop of the writer thread, the join included:
 // the last thread's exit hook stops the writer while a thread it created
 // may be recording its first event, which starts it again. Without the
@@ -864,11 +865,12 @@ void start_writer_thread_locked() {
     pthread_sigmask(SIG_SETMASK, &all, &old);
     // The writer runs on a stack of our own mapping: it shows as recorder
     // memory, and no malloc arena is ever created for the writer thread
-    // (it never calls malloc).
-    void* stack = raw_map(kWriterStackBytes);
+    // (it never calls malloc). Mapped once: a writer started again after
+    // a pause (the last thread's exit) runs on the stack of the one joined.
+    if (!g_writer_stack) g_writer_stack = raw_map(kWriterStackBytes);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
-    if (stack) pthread_attr_setstack(&attr, stack, kWriterStackBytes);
+    if (g_writer_stack) pthread_attr_setstack(&attr, g_writer_stack, kWriterStackBytes);
     thread_state().internal++;
     int err = pthread_create(&g_thread, &attr, writer_main, nullptr);
     thread_state().internal--;

@@ -3,11 +3,11 @@ as they run alone (same output, same exit status, no hang), and their logs
 give the live bytes each program knows it keeps, to the byte.
 
 Threads (16 at once, handoff with realloc across threads, thousands of short
-threads), fork while other threads allocate, malloc in a signal handler,
-dlopen/dlclose churn, closing every descriptor, exit() from a thread,
-_exit (also from a signal handler), abort/SIGSEGV, vfork+exec, execl,
-fexecve and execveat. See each program's header for
-its numbers. Timeouts are hang detectors (a deadlocked child, a recorder
+threads, 100 000 threads 8 at a time in bounded recorder memory), fork
+while other threads allocate, malloc in a signal handler, dlopen/dlclose
+churn, closing every descriptor, exit() from a thread, _exit (also from a
+signal handler), abort/SIGSEGV, vfork+exec, execl, fexecve and execveat.
+See each program's header for its numbers. Timeouts are hang detectors (a deadlocked child, a recorder
 waiting forever), not performance bounds.
 """
 
@@ -84,6 +84,33 @@ class StressTest(UnchangedTest):
         kinds = [kind for kind, _ in self.dump(log)]
         self.assertEqual(kinds.count("thread-start"), 4000)
         self.assertEqual(kinds.count("thread-exit"), 4000)
+
+    def test_thread_turnover_memory(self):
+        # 100 000 threads, 8 alive at a time: what the recorder keeps per
+        # thread is given back at its exit, so its memory does not grow
+        # with the threads there were.
+        result, logs = self.run_recorded([program("stress_thread_turnover")])
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        lines = result.stdout.decode().splitlines()
+        self.assertEqual(len(lines), 3, lines)
+        rss_kb = {}
+        for line in lines[:2]:
+            m = re.fullmatch(r"after (\d+) threads: VmRSS (\d+) kB", line)
+            self.assertTrue(m, line)
+            rss_kb[int(m.group(1))] = int(m.group(2))
+        self.assertEqual(sorted(rss_kb), [100, 100000])
+        self.assertEqual(lines[2], "thread_turnover: 100000 threads, 100 blocks kept")
+        self.assertLessEqual(rss_kb[100000] - rss_kb[100], 16 << 10, rss_kb)
+        log = self.one_log(logs)
+        self.assert_replays(log, ended=("exit",))
+        self.assert_site_entry(log, "started", "last", "turnover_keep", "thread_turnover.c", 12000, 100)
+        self.assert_site_entry(log, "started", "exit", "turnover_keep", "thread_turnover.c", 12000, 100)
+        self.assertEqual(self.marker(log, "last")["threads"], 1)
+        # The address-space summary's Recorder row: what the recorder says
+        # it holds follows the threads alive, too.
+        held = {label: self.json_of("maps", log + "@" + label, "--format", "json")["recorder_bytes"]
+                for label in ("first", "last")}
+        self.assertLessEqual(held["last"] - held["first"], 16 << 20, held)
 
     # ---- processes ----------------------------------------------------------
 

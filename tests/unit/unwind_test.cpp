@@ -23,6 +23,7 @@
 #include <cstring>
 #include <vector>
 
+#include "recorder/raw_alloc.h"
 #include "recorder/stack_table.h"
 #include "recorder/unwind.h"
 
@@ -833,4 +834,71 @@ TEST_CASE("unwind_stack and unwind_stack_key on more live threads than there are
         CHECK(tallies.checks == kThreads * 1001);
         CHECK(tallies.mismatches == 0);
     }
+}
+
+namespace {
+
+struct Crowd {
+    pthread_barrier_t walked;  // every thread owns a cache
+    pthread_barrier_t counted;  // the test has read the memory mapped
+};
+
+// A thread as the recorder's: walks (taking a cache), checking each
+// stack, and gives the cache back at exit.
+void* crowd_member(void* arg) {
+    auto* crowd = static_cast<Crowd*>(arg);
+    Tally tally;
+    for (int i = 0; i < 20; ++i) thread_recurse(1 + i % 3, tally);
+    CHECK(tally.mismatches == 0);
+    if (crowd) {
+        pthread_barrier_wait(&crowd->walked);
+        pthread_barrier_wait(&crowd->counted);
+    }
+    heapsnap::recorder::release_stack_cache();
+    return nullptr;
+}
+
+void run_alone() {
+    pthread_t t;
+    REQUIRE(pthread_create(&t, nullptr, crowd_member, nullptr) == 0);
+    pthread_join(t, nullptr);
+}
+
+// The recorder's memory (raw_mapped_bytes) with `threads` alive at once,
+// each owning a cache, and once they have all exited.
+std::pair<uint64_t, uint64_t> crowd_mapped(int threads) {
+    Crowd crowd;
+    pthread_barrier_init(&crowd.walked, nullptr, threads + 1);
+    pthread_barrier_init(&crowd.counted, nullptr, threads + 1);
+    std::vector<pthread_t> all(threads);
+    for (pthread_t& t : all) REQUIRE(pthread_create(&t, nullptr, crowd_member, &crowd) == 0);
+    pthread_barrier_wait(&crowd.walked);
+    uint64_t alive = heapsnap::recorder::raw_mapped_bytes();
+    pthread_barrier_wait(&crowd.counted);
+    for (pthread_t t : all) pthread_join(t, nullptr);
+    pthread_barrier_destroy(&crowd.walked);
+    pthread_barrier_destroy(&crowd.counted);
+    return {alive, heapsnap::recorder::raw_mapped_bytes()};
+}
+
+}  // namespace
+
+TEST_CASE("threads that come and go one after another reuse one stack cache") {
+    run_alone();
+    uint64_t after_first = heapsnap::recorder::raw_mapped_bytes();
+    for (int i = 0; i < 300; ++i) run_alone();
+    CHECK(heapsnap::recorder::raw_mapped_bytes() == after_first);
+}
+
+TEST_CASE("the stack caches of exited threads are unmapped past eight spares") {
+    // The first crowd leaves the pool as every later one does: eight free
+    // caches mapped (the caches' memory itself is not known here).
+    crowd_mapped(40);
+    uint64_t before = heapsnap::recorder::raw_mapped_bytes();
+    auto [alive, after] = crowd_mapped(40);
+    CHECK(alive > before);
+    CHECK(after == before);
+    auto [alive_again, after_again] = crowd_mapped(40);
+    CHECK(alive_again == alive);
+    CHECK(after_again == before);
 }
