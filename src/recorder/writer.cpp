@@ -50,7 +50,9 @@ struct Cursor {
 
 // Writer state; guarded by g_writer_lock.
 SpinLock g_writer_lock;
-int g_fd = -1;
+// Written under the lock; atomic because the close hook reads it from
+// any thread (is_recorder_fd).
+std::atomic<int> g_fd{-1};
 char g_path[kMaxPathLen];
 uint8_t* g_frame = nullptr;
 // What encoding changes on every record, on lines of its own: the hooks
@@ -649,6 +651,10 @@ void* writer_main(void*) {
     return nullptr;
 }
 
+// CLOCK_REALTIME when the log began, as its Process record says; guarded
+// by g_writer_lock.
+uint64_t g_start_realtime_ns = 0;
+
 void write_process_record(codec::Writer& w) {
     w.u8(static_cast<uint8_t>(hslog::Tag::Process));
     w.str(HEAPSNAP_RECORDER_VERSION);
@@ -657,7 +663,8 @@ void write_process_record(codec::Writer& w) {
     w.varint(getuid());
     timespec real;
     clock_gettime(CLOCK_REALTIME, &real);
-    w.varint(static_cast<uint64_t>(real.tv_sec) * 1000000000ull + static_cast<uint64_t>(real.tv_nsec));
+    g_start_realtime_ns = static_cast<uint64_t>(real.tv_sec) * 1000000000ull + static_cast<uint64_t>(real.tv_nsec);
+    w.varint(g_start_realtime_ns);
     w.varint(start_time_ns());
     w.varint(static_cast<uint64_t>(sysconf(_SC_PAGESIZE)));
     w.u8(static_cast<uint8_t>(config().unwind));
@@ -728,8 +735,13 @@ bool make_absolute(char* path, size_t cap) {
 
 // O_EXCL: never reuse or follow someone else's file; if the name is taken
 // (a re-exec of the same program with the same pid), add -1, -2, ...
+// O_RDWR: the descriptor is also handed to snapshot clients, who read the
+// log through it (control.cpp). O_APPEND: every write lands at the end
+// whatever the file offset; write_all never depends on the offset.
+constexpr int kLogFlags = O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+
 int create_log(char* path, size_t cap) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int fd = open(path, kLogFlags, 0600);
     if (fd >= 0 || errno != EEXIST) return fd;
     size_t len = strlen(path);
     const char* dot = strrchr(path, '.');
@@ -751,7 +763,7 @@ int create_log(char* path, size_t cap) {
         while (k && m + 1 < sizeof candidate) candidate[m++] = num[--k];
         for (size_t j = 0; ext[j] && m + 1 < sizeof candidate; ++j) candidate[m++] = ext[j];
         candidate[m] = 0;
-        fd = open(candidate, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        fd = open(candidate, kLogFlags, 0600);
         if (fd >= 0) {
             if (m + 1 <= cap) memcpy(path, candidate, m + 1);
             return fd;
@@ -804,14 +816,15 @@ bool writer_open() {
         diagnostic("log path too long: ", config().output_pattern, "; recording disabled");
         return false;
     }
-    g_fd = move_fd_high(create_log(g_path, sizeof g_path));
-    if (g_fd < 0) {
+    int fd = move_fd_high(create_log(g_path, sizeof g_path));
+    if (fd < 0) {
         char reason[128] = ": ";
         strncat(reason, strerror(errno), sizeof reason - 3);
         diagnostic("cannot create log ", g_path, reason);
         diagnostic("recording disabled");
         return false;
     }
+    g_fd.store(fd, std::memory_order_release);
     uint8_t header[hslog::kHeaderSize];
     codec::Writer h(header, sizeof header);
     h.raw(hslog::kMagic, sizeof hslog::kMagic);
@@ -1008,7 +1021,7 @@ bool is_recorder_fd(int fd) { return fd >= 0 && (fd == g_fd || fd == g_wake_fd |
 
 int recorder_fds(int out[kMaxRecorderFds]) {
     int n = 0;
-    for (int fd : {g_fd, g_wake_fd, control_fd()})
+    for (int fd : {g_fd.load(), g_wake_fd, control_fd()})
         if (fd >= 0) out[n++] = fd;
     std::sort(out, out + n);
     return n;
@@ -1022,6 +1035,13 @@ int move_fd_high(int fd) {
     if (high < 0) return fd;
     close(fd);
     return high;
+}
+
+int writer_log_fd() { return g_fd.load(std::memory_order_relaxed); }
+
+LogStatus writer_log_status() {
+    LockGuard guard(g_writer_lock);
+    return LogStatus{g_enc.events, g_start_realtime_ns};
 }
 
 uint32_t writer_durable_marker() { return g_durable_marker.load(std::memory_order_acquire); }

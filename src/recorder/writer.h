@@ -22,8 +22,8 @@
 namespace heapsnap::recorder {
 
 // Creates the log file from the configured pattern (O_EXCL, O_NOFOLLOW,
-// mode 0600) and writes the header and the process record. False (with a
-// diagnostic) if the file cannot be created.
+// mode 0600, O_RDWR | O_APPEND) and writes the header and the process
+// record. False (with a diagnostic) if the file cannot be created.
 bool writer_open();
 bool writer_start_thread();
 bool writer_running();
@@ -59,6 +59,14 @@ int move_fd_high(int fd);
 
 // Absolute path of the log being written.
 const char* writer_log_path();
+// The log's descriptor (O_RDWR | O_APPEND), or -1: control.cpp passes it
+// to snapshot clients, who read the log through it.
+int writer_log_fd();
+struct LogStatus {
+    uint64_t events;             // alloc/free/mmap/munmap events encoded so far
+    uint64_t start_realtime_ns;  // CLOCK_REALTIME at the log's start (its Process record)
+};
+LogStatus writer_log_status();
 // Highest marker index whose frame has been written to the file.
 uint32_t writer_durable_marker();
 // The index the writer gave the marker with this token, 0 if not yet.
