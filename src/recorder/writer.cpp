@@ -50,9 +50,16 @@ struct Cursor {
 
 // Writer state; guarded by g_writer_lock.
 SpinLock g_writer_lock;
-// Written under the lock; atomic because the close hook reads it from
-// any thread (is_recorder_fd).
+// Written under the lock; atomic because the close and uid-change hooks
+// read it from any thread (is_recorder_fd, writer_give_log).
 std::atomic<int> g_fd{-1};
+// The log file's identity, and the process whose log it is: a uid-change
+// hook checks that the descriptor it is about to chown is still the log,
+// and that the caller is not a vfork child (which shares the parent's
+// memory, and so g_fd, but runs as a user of its own).
+dev_t g_log_dev = 0;
+ino_t g_log_ino = 0;
+pid_t g_log_pid = 0;
 char g_path[kMaxPathLen];
 uint8_t* g_frame = nullptr;
 // What encoding changes on every record, on lines of its own: the hooks
@@ -824,6 +831,14 @@ bool writer_open() {
         diagnostic("recording disabled");
         return false;
     }
+    // The identity before the descriptor: a uid-change hook that sees the
+    // descriptor sees its identity too.
+    struct stat st;
+    if (fstat(fd, &st) == 0) {
+        g_log_dev = st.st_dev;
+        g_log_ino = st.st_ino;
+    }
+    g_log_pid = getpid();
     g_fd.store(fd, std::memory_order_release);
     uint8_t header[hslog::kHeaderSize];
     codec::Writer h(header, sizeof header);
@@ -1042,6 +1057,28 @@ int writer_log_fd() { return g_fd.load(std::memory_order_relaxed); }
 LogStatus writer_log_status() {
     LockGuard guard(g_writer_lock);
     return LogStatus{g_enc.events, g_start_realtime_ns};
+}
+
+// getpid, fstat and fchown only: async-signal-safe, no allocation, no
+// lock (a signal handler may change uid while its thread holds the writer
+// lock). The descriptor is checked to still be the log: one closed at exit
+// meanwhile might have been reused by the program.
+int64_t writer_give_log(uid_t uid) {
+    int fd = g_fd.load(std::memory_order_acquire);
+    if (fd < 0 || uid == static_cast<uid_t>(-1) || getpid() != g_log_pid) return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_dev != g_log_dev || st.st_ino != g_log_ino || st.st_uid == uid) return -1;
+    if (fchown(fd, uid, static_cast<gid_t>(-1)) != 0) return -1;
+    return st.st_uid;
+}
+
+void writer_take_log_back(int64_t owner) {
+    int fd = g_fd.load(std::memory_order_acquire);
+    if (owner < 0 || fd < 0 || getpid() != g_log_pid) return;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_dev != g_log_dev || st.st_ino != g_log_ino) return;
+    int ignored = fchown(fd, static_cast<uid_t>(owner), static_cast<gid_t>(-1));
+    (void)ignored;
 }
 
 uint32_t writer_durable_marker() { return g_durable_marker.load(std::memory_order_acquire); }

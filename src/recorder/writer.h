@@ -15,6 +15,8 @@
 // (writer_drain_inline); the two never run at once (writer lock).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 
 #include "format/hslog.h"
@@ -67,6 +69,14 @@ struct LogStatus {
     uint64_t start_realtime_ns;  // CLOCK_REALTIME at the log's start (its Process record)
 };
 LogStatus writer_log_status();
+// The uid-change hooks (hooks.cpp): just before a setuid-family call that
+// makes `uid` the user of the process, while it still may, the log is
+// given to that uid (fchown; the mode stays 0600), so the user the process
+// now runs as can read it by path too. Returns the previous owner, or -1
+// when nothing changed (same owner, no log, not permitted). If the call
+// fails, writer_take_log_back(previous) undoes it. Async-signal-safe.
+int64_t writer_give_log(uid_t uid);
+void writer_take_log_back(int64_t owner);
 // Highest marker index whose frame has been written to the file.
 uint32_t writer_durable_marker();
 // The index the writer gave the marker with this token, 0 if not yet.
