@@ -16,6 +16,7 @@
 #   report    like diff, without LOG@*
 #   markers, dump   .hslog files
 #   maps      a PID, a .hsnap, or LOG@MARKER
+#   ps        options only
 # Needs nothing but bash (not the bash-completion package).
 
 # Prints "NAME TAKES_VALUE CHOICES" per option of `heapsnap $1` ($1 empty:
@@ -205,6 +206,7 @@ _heapsnap() {
         markers | dump)
             mapfile -t reply < <(_heapsnap_files "$cur" "" hslog)
             ;;
+        ps) ;;
         *)
             mapfile -t reply < <(compgen -f -- "$cur")
             ;;

@@ -1,24 +1,20 @@
 // `heapsnap snapshot`: freeze the live heap of a moment into a .hsnap.
 //
 // Of a running process (PID): connect to its recorder's control socket
-// (abstract "heapsnap.<pid>", formats/control.md), ask for a marker, wait
-// until the recorder says the marker's frame is on disk, then replay the
-// log up to that marker. Of a log (LOG): replay up to --at.
-#include <poll.h>
-#include <sys/socket.h>
+// (abstract "heapsnap.<pid>", formats/control.md, cli/control_client.h),
+// ask for a marker, wait until the recorder says the marker's frame is on
+// disk, then replay the log up to that marker, through the descriptor of
+// the log the recorder passed along. Of a log (LOG): replay up to --at.
 #include <sys/stat.h>
-#include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
-#include <fmt/format.h>
-
-#include <cerrno>
-#include <cstring>
+#include <cctype>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "cli/commands.h"
+#include "cli/control_client.h"
 #include "format/snapshot_file.h"
 #include "replay/marker_select.h"
 #include "util/error.h"
@@ -50,76 +46,36 @@ std::string exe_name(const Snapshot& s) {
     return slash == std::string::npos ? s.process.exe : s.process.exe.substr(slash + 1);
 }
 
-struct Reply {
+struct Requested {
     uint32_t marker = 0;
-    std::string log;
+    std::string log;  // as the recorder names it: for messages and the checkpoint
+    UniqueFd log_fd;  // the log, passed by the recorder: what is read
 };
 
-// Sends "snapshot <label>" and reads "ok <index>\n<log path>\n" or
-// "error <text>\n".
-Reply request_marker(pid_t pid, const std::string& label, double timeout_s) {
-    std::string proc = "/proc/" + std::to_string(pid);
-    struct stat st;
-    if (stat(proc.c_str(), &st) != 0) throw Error("no process with PID " + std::to_string(pid));
-    if (st.st_uid != getuid() && getuid() != 0)
-        throw Error("process " + std::to_string(pid) + " belongs to another user (uid " + std::to_string(st.st_uid) +
-                    "); only its owner may snapshot it");
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) throw Error(std::string("socket: ") + std::strerror(errno));
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::string name = "heapsnap." + std::to_string(pid);
-    std::memcpy(addr.sun_path + 1, name.data(), name.size());
-    auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
-        close(fd);
-        throw Error("process " + std::to_string(pid) +
-                    " is not recorded by heapsnap (no control socket; start it with 'heapsnap run')");
-    }
-    // A refusal (another user) may arrive and close the socket before the
-    // request is sent: a failed send still reads the answer.
-    std::string request = "snapshot " + label + "\n";
-    bool sent = send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size());
-    int send_errno = errno;
-    std::string answer;
-    timespec start;
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    for (;;) {
-        timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        double elapsed = static_cast<double>(now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) / 1e9;
-        if (elapsed >= timeout_s) {
-            close(fd);
-            throw Error("process " + std::to_string(pid) + " did not write the marker within " +
-                        fmt::format("{:g}", timeout_s) + " s (is it stopped?)");
-        }
-        pollfd p{fd, POLLIN, 0};
-        int r = poll(&p, 1, static_cast<int>((timeout_s - elapsed) * 1000) + 1);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) continue;
-        char buf[4096];
-        ssize_t n = recv(fd, buf, sizeof buf, 0);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        answer.append(buf, static_cast<size_t>(n));
-    }
-    close(fd);
-    if (answer.rfind("error ", 0) == 0) {
-        std::string text = answer.substr(6);
-        while (!text.empty() && text.back() == '\n') text.pop_back();
-        throw Error("process " + std::to_string(pid) + ": " + text);
-    }
-    size_t nl = answer.find('\n');
-    if (!sent && answer.empty())
-        throw Error("process " + std::to_string(pid) + ": cannot send the request: " + std::strerror(send_errno));
-    if (answer.rfind("ok ", 0) != 0 || nl == std::string::npos)
-        throw Error("process " + std::to_string(pid) + " ended before the marker was written");
-    Reply reply;
-    reply.marker = static_cast<uint32_t>(std::strtoul(answer.c_str() + 3, nullptr, 10));
-    reply.log = answer.substr(nl + 1);
-    while (!reply.log.empty() && reply.log.back() == '\n') reply.log.pop_back();
-    if (!reply.marker || reply.log.empty()) throw Error("process " + std::to_string(pid) + ": malformed reply");
-    return reply;
+// "process N belongs to another user (uid U)", or "(uid R, effective uid E)"
+// when they differ.
+std::string other_user(pid_t pid, const ProcessUids& uids) {
+    std::string ids = "uid " + std::to_string(uids.real);
+    if (uids.effective != uids.real) ids += ", effective uid " + std::to_string(uids.effective);
+    return "process " + std::to_string(pid) + " belongs to another user (" + ids +
+           "); only root and that user may snapshot it";
+}
+
+// Sends "snapshot <label>" and reads "ok <index>\n<log path>\n" with the
+// log's descriptor, or "error <text>\n" (formats/control.md).
+Requested request_marker(pid_t pid, const std::string& label, double timeout_s) {
+    std::optional<ProcessUids> uids = process_uids(pid);
+    if (!uids) throw Error("no process with PID " + std::to_string(pid));
+    if (!may_control(*uids, geteuid())) throw Error(other_user(pid, *uids));
+    ControlAnswer answer = control_exchange(pid, *uids, "snapshot " + label + "\n", timeout_s, "write the marker");
+    std::string who = "process " + std::to_string(pid);
+    if (std::optional<std::string> refusal = refusal_of(answer.text)) throw Error(who + ": " + *refusal);
+    if (answer.text.empty()) throw Error(who + " ended before the marker was written");
+    std::optional<SnapshotAnswer> reply = parse_snapshot_answer(answer.text);
+    if (!reply) throw Error(who + ": malformed reply");
+    if (!answer.fd)
+        throw Error(who + ": the recorder passed no descriptor of its log (is it older than this heapsnap?)");
+    return Requested{reply->marker, reply->log, std::move(answer.fd)};
 }
 
 int snapshot(const SnapshotOptions& o) {
@@ -127,12 +83,12 @@ int snapshot(const SnapshotOptions& o) {
     std::string output = o.output;
     if (is_pid(o.target)) {
         auto pid = static_cast<pid_t>(std::strtol(o.target.c_str(), nullptr, 10));
-        Reply reply = request_marker(pid, o.label, o.timeout);
+        Requested reply = request_marker(pid, o.label, o.timeout);
         Moment moment;
         moment.kind = Moment::Kind::Index;
         moment.index = reply.marker;
         moment.text = std::to_string(reply.marker);
-        snap = snapshot_at(reply.log, moment);
+        snap = snapshot_at(LogFile{reply.log, reply.log_fd.get()}, moment);
         if (output.empty())
             output = "heapsnap." + exe_name(snap) + "." + std::to_string(pid) + "." + std::to_string(reply.marker) + ".hsnap";
     } else {

@@ -20,7 +20,7 @@ constexpr uint64_t kFirstChunk = 1ull << 20;
 
 }  // namespace
 
-void write_framed_file(const std::string& path, const FileKind& kind, const std::vector<uint8_t>& body) {
+std::vector<uint8_t> encode_framed(const std::string& path, const FileKind& kind, const std::vector<uint8_t>& body) {
     std::vector<uint8_t> file(kHeaderSize + ZSTD_compressBound(body.size()));
     codec::Writer h(file.data(), kHeaderSize);
     h.raw(kind.magic, 8);
@@ -34,7 +34,11 @@ void write_framed_file(const std::string& path, const FileKind& kind, const std:
     size_t n = ZSTD_compress2(cctx.get(), file.data() + kHeaderSize, file.size() - kHeaderSize, body.data(), body.size());
     if (ZSTD_isError(n)) throw Error(path + ": compression failed: " + ZSTD_getErrorName(n));
     file.resize(kHeaderSize + n);
-    write_file_atomically(path, file);
+    return file;
+}
+
+void write_framed_file(const std::string& path, const FileKind& kind, const std::vector<uint8_t>& body) {
+    write_file_atomically(path, encode_framed(path, kind, body));
 }
 
 bool has_magic(const std::string& path, const char* magic) {
@@ -47,8 +51,11 @@ bool has_magic(const std::string& path, const char* magic) {
 }
 
 std::vector<uint8_t> read_framed_file(const std::string& path, const FileKind& kind) {
+    return decode_framed(path, kind, read_file(path));
+}
+
+std::vector<uint8_t> decode_framed(const std::string& path, const FileKind& kind, const std::vector<uint8_t>& file) {
     const std::string name = kind.name;
-    std::vector<uint8_t> file = read_file(path);
     if (file.size() < 8 || std::memcmp(file.data(), kind.magic, 8) != 0)
         throw Error(path + ": not a heapsnap " + name + " (bad magic)");
     if (file.size() < kHeaderSize) throw Error(path + ": truncated " + name + ": the header is incomplete");

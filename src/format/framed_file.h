@@ -25,6 +25,10 @@ void write_framed_file(const std::string& path, const FileKind& kind, const std:
 // Throws heapsnap::Error: "<path>: not a heapsnap <name> (bad magic)",
 // "unsupported <name> format version N", "truncated <name>", "corrupt <name>: ...".
 std::vector<uint8_t> read_framed_file(const std::string& path, const FileKind& kind);
+// The same two on the bytes of a whole file, for callers that open files
+// their own way; `path` names the file in messages.
+std::vector<uint8_t> encode_framed(const std::string& path, const FileKind& kind, const std::vector<uint8_t>& body);
+std::vector<uint8_t> decode_framed(const std::string& path, const FileKind& kind, const std::vector<uint8_t>& file);
 bool has_magic(const std::string& path, const char* magic);
 
 // A growable encoder for the CLI side, with the same field encodings as

@@ -41,7 +41,7 @@ public:
     };
 
     // Starts after the header, or at `from`'s offset.
-    LogFrames(const std::string& path, ReadSummary& summary, const StreamPosition* from);
+    LogFrames(const LogFile& log, ReadSummary& summary, const StreamPosition* from);
     ~LogFrames();
     LogFrames(const LogFrames&) = delete;
     LogFrames& operator=(const LogFrames&) = delete;
@@ -236,13 +236,14 @@ private:
     Visitor& visitor_;
 };
 
-// Reads `path` from the start, or from `from` (a position an earlier read
+// Reads the log from the start, or from `from` (a position an earlier read
 // reported as resumable, for a visitor that holds the state up to there),
 // and feeds `visitor`. Errors as read_log's.
 template <class Visitor>
-ReadSummary read_log_as(const std::string& path, Visitor& visitor, const StreamPosition* from = nullptr) {
+ReadSummary read_log_as(const LogFile& log, Visitor& visitor, const StreamPosition* from = nullptr) {
+    const std::string& path = log.path;
     ReadSummary summary;
-    LogFrames frames(path, summary, from);
+    LogFrames frames(log, summary, from);
     RecordDecoder<Visitor> decoder(path, visitor, summary);
     if (from) decoder.resume(*from);
     LogFrames::Frame frame;
@@ -258,6 +259,11 @@ ReadSummary read_log_as(const std::string& path, Visitor& visitor, const StreamP
     summary.records = decoder.records();
     summary.events = decoder.events();
     return summary;
+}
+
+template <class Visitor>
+ReadSummary read_log_as(const std::string& path, Visitor& visitor, const StreamPosition* from = nullptr) {
+    return read_log_as(LogFile{path}, visitor, from);
 }
 
 }  // namespace heapsnap

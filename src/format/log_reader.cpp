@@ -24,12 +24,16 @@ namespace {
 // (a live process) is read as far as it was when mapped.
 class MappedFile {
 public:
-    explicit MappedFile(const std::string& path) {
-        int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    explicit MappedFile(const LogFile& log) {
+        const std::string& path = log.path;
+        int fd = log.fd >= 0 ? log.fd : open(path.c_str(), O_RDONLY | O_CLOEXEC);
         if (fd < 0) throw Error(path + ": " + std::strerror(errno));
+        auto close_own = [&] {
+            if (fd != log.fd) close(fd);
+        };
         struct stat st;
         if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-            close(fd);
+            close_own();
             throw Error(path + ": not a regular file");
         }
         size_ = static_cast<size_t>(st.st_size);
@@ -37,13 +41,13 @@ public:
             void* p = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
             if (p == MAP_FAILED) {
                 int err = errno;
-                close(fd);
+                close_own();
                 throw Error(path + ": " + std::strerror(err));
             }
             data_ = static_cast<const uint8_t*>(p);
             madvise(p, size_, MADV_SEQUENTIAL);
         }
-        close(fd);
+        close_own();
     }
     ~MappedFile() {
         if (data_) munmap(const_cast<uint8_t*>(data_), size_);
@@ -339,7 +343,7 @@ void RecordStream::marker(codec::Reader& r, LogVisitor& visitor) {
 }
 
 struct LogFrames::State {
-    State(const std::string& p) : path(p), file(p), progress(p, file.size()) {}
+    State(const LogFile& log) : path(log.path), file(log), progress(log.path, file.size()) {}
 
     const std::string& path;
     MappedFile file;
@@ -349,8 +353,9 @@ struct LogFrames::State {
     size_t offset = hslog::kHeaderSize;
 };
 
-LogFrames::LogFrames(const std::string& path, ReadSummary& summary, const StreamPosition* from)
-    : state_(std::make_unique<State>(path)), summary_(summary) {
+LogFrames::LogFrames(const LogFile& log, ReadSummary& summary, const StreamPosition* from)
+    : state_(std::make_unique<State>(log)), summary_(summary) {
+    const std::string& path = log.path;
     const MappedFile& file = state_->file;
     summary.file_bytes = file.size();
     const uint8_t* data = file.data();
@@ -429,6 +434,8 @@ bool AllocInfos::restore(std::vector<AllocInfo> infos, const std::vector<uint64_
     return true;
 }
 
-ReadSummary read_log(const std::string& path, LogVisitor& visitor) { return read_log_as(path, visitor); }
+ReadSummary read_log(const LogFile& log, LogVisitor& visitor) { return read_log_as(log, visitor); }
+
+ReadSummary read_log(const std::string& path, LogVisitor& visitor) { return read_log_as(LogFile{path}, visitor); }
 
 }  // namespace heapsnap

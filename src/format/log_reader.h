@@ -289,11 +289,23 @@ struct ReadSummary {
 // them, a fork child's log included; formats/hslog.md, Corruption).
 inline constexpr uint32_t kStackIdSlack = 1u << 16;
 
-// Reads `path` from the start and feeds `visitor`. Throws heapsnap::Error for
-// a file that is not a heapsnap log, has an unsupported version, or holds a
-// corrupt frame. read_log_as (format/log_decoder.h) does the same for a
-// visitor class known at compile time, and continues a read from a
+// A log to read. `path` names it in every message. `fd`, unless -1, is the
+// log already open, and the log is read through it, never through the
+// path: a running process's recorder hands its log's descriptor to
+// `heapsnap snapshot PID` (formats/control.md), whose caller may not be
+// able to open the path, and whose path could name another file by now.
+// The descriptor stays the caller's.
+struct LogFile {
+    std::string path;
+    int fd = -1;
+};
+
+// Reads the log from the start and feeds `visitor`. Throws heapsnap::Error
+// for a file that is not a heapsnap log, has an unsupported version, or
+// holds a corrupt frame. read_log_as (format/log_decoder.h) does the same
+// for a visitor class known at compile time, and continues a read from a
 // position an earlier read reported as resumable.
+ReadSummary read_log(const LogFile& log, LogVisitor& visitor);
 ReadSummary read_log(const std::string& path, LogVisitor& visitor);
 
 }  // namespace heapsnap

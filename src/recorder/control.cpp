@@ -10,6 +10,7 @@
 #include "recorder/clock.h"
 #include "recorder/lifecycle.h"
 #include "recorder/markers.h"
+#include "recorder/modules.h"
 #include "recorder/writer.h"
 
 namespace heapsnap::recorder {
@@ -43,37 +44,127 @@ int g_pending_count = 0;
 Reading g_reading[kMaxReading];
 int g_reading_count = 0;
 
-void send_line(int fd, const char* a, const char* b = "", const char* c = "") {
-    char line[kMaxPathLen + 128];
-    size_t n = 0;
-    for (const char* s : {a, b, c})
-        for (; *s && n + 2 < sizeof line; ++s) line[n++] = *s;
-    line[n++] = '\n';
-    ssize_t ignored = send(fd, line, n, MSG_NOSIGNAL);
-    (void)ignored;
-}
+// The client refuses replies longer than this (formats/control.md).
+constexpr size_t kMaxReply = 16384;
 
-void refuse(int fd, const char* text) {
-    send_line(fd, "error ", text);
+// A reply is built here, then sent by one sendmsg. Refusals are short, and
+// are also sent from program threads (at exit), whose stacks may be small.
+template <size_t Capacity>
+struct Reply {
+    char text[Capacity];
+    size_t used = 0;
+    bool overflow = false;
+
+    void put(const char* s) {
+        for (; *s; ++s) put_byte(*s);
+    }
+    void put_uint(uint64_t v) {
+        char digits[24];
+        format_uint(v, digits);
+        put(digits);
+    }
+    // Paths are bytes: control bytes, DEL and the backslash travel as
+    // \xHH, so that a reply splits into lines at its newlines.
+    void put_escaped(const char* s) {
+        static const char kHex[] = "0123456789abcdef";
+        for (; *s; ++s) {
+            auto c = static_cast<unsigned char>(*s);
+            if (c < 0x20 || c == 0x7f || c == '\\') {
+                put_byte('\\');
+                put_byte('x');
+                put_byte(kHex[c >> 4]);
+                put_byte(kHex[c & 15]);
+            } else {
+                put_byte(*s);
+            }
+        }
+    }
+    void put_byte(char c) {
+        if (used < sizeof text)
+            text[used++] = c;
+        else
+            overflow = true;
+    }
+};
+
+// Sends the reply (with `pass_fd` attached, SCM_RIGHTS, unless -1) and
+// closes the connection.
+template <size_t Capacity>
+void send_reply(int fd, const Reply<Capacity>& reply, int pass_fd = -1) {
+    iovec iov{const_cast<char*>(reply.text), reply.used};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    if (pass_fd >= 0) {
+        memset(control, 0, sizeof control);
+        msg.msg_control = control;
+        msg.msg_controllen = sizeof control;
+        cmsghdr* c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+    }
+    ssize_t ignored = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    (void)ignored;
     close(fd);
 }
 
-// Parses "snapshot <label>" (the line without its newline); false for
-// anything else.
-bool parse_request(char* line, char* label, size_t cap) {
+void refuse(int fd, const char* text) {
+    Reply<256> reply;
+    reply.put("error ");
+    reply.put(text);
+    reply.put("\n");
+    send_reply(fd, reply);
+}
+
+enum class Verb { None, Snapshot, Info };
+
+// Parses "snapshot", "snapshot <label>" or "info" (the line without its
+// newline).
+Verb parse_request(const char* line, char* label, size_t cap) {
+    if (strcmp(line, "info") == 0) return Verb::Info;
     const char* verb = "snapshot";
     size_t verb_len = strlen(verb);
-    if (strncmp(line, verb, verb_len) != 0 || (line[verb_len] != ' ' && line[verb_len] != 0)) return false;
+    if (strncmp(line, verb, verb_len) != 0 || (line[verb_len] != ' ' && line[verb_len] != 0)) return Verb::None;
     const char* text = line[verb_len] ? line + verb_len + 1 : "";
     size_t len = strnlen(text, cap - 1);
     memcpy(label, text, len);
     label[len] = 0;
-    return true;
+    return Verb::Snapshot;
+}
+
+// Who the process is and what its log holds so far; answered at once.
+void answer_info(int fd) {
+    uid_t real = 0, effective = 0, saved = 0;
+    getresuid(&real, &effective, &saved);
+    LogStatus status = writer_log_status();
+    Reply<kMaxReply> reply;
+    reply.put("ok info\npid ");
+    reply.put_uint(static_cast<uint64_t>(getpid()));
+    reply.put("\nuid ");
+    reply.put_uint(real);
+    reply.put(" ");
+    reply.put_uint(effective);
+    reply.put("\nsince ");
+    reply.put_uint(status.start_realtime_ns);
+    reply.put("\nevents ");
+    reply.put_uint(status.events);
+    reply.put("\nexe ");
+    reply.put_escaped(exe_path());
+    reply.put("\nlog ");
+    reply.put_escaped(writer_log_path());
+    reply.put("\n");
+    if (reply.overflow) return refuse(fd, "reply too long (paths of more than 16 KiB)");
+    send_reply(fd, reply);
 }
 
 void take_request(int fd, char* line) {
     char label[256];
-    if (!parse_request(line, label, sizeof label)) return refuse(fd, "malformed request");
+    Verb verb = parse_request(line, label, sizeof label);
+    if (verb == Verb::None) return refuse(fd, "malformed request");
+    if (verb == Verb::Info) return answer_info(fd);
     if (g_pending_count == kMaxPending) return refuse(fd, "too many pending requests");
     uint32_t token = take_marker(hslog::MarkerCause::Request, label[0] ? label : "snapshot");
     if (!token) return refuse(fd, "the recorder is not recording");
@@ -88,8 +179,10 @@ bool read_some(Reading& r, uint64_t now) {
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
         if (n <= 0) {  // the peer is gone or half-closed before a whole line
-            if (r.used) send_line(r.fd, "error malformed request");
-            close(r.fd);
+            if (r.used)
+                refuse(r.fd, "malformed request");
+            else
+                close(r.fd);
             return true;
         }
         r.used += static_cast<size_t>(n);
@@ -114,11 +207,21 @@ bool read_some(Reading& r, uint64_t now) {
     return false;
 }
 
+// Root, or the user the process runs as now: its real or effective uid,
+// read at each connection, so a process that dropped privileges answers
+// the user it became (glibc's setuid family changes every thread's
+// credentials, this one's included).
+bool peer_allowed(const ucred& peer) {
+    uid_t real = 0, effective = 0, saved = 0;
+    if (getresuid(&real, &effective, &saved) != 0) return false;
+    return peer.uid == 0 || peer.uid == real || peer.uid == effective;
+}
+
 void accept_one(int fd, uint64_t now) {
     ucred peer{};
     socklen_t len = sizeof peer;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 || peer.uid != getuid())
-        return refuse(fd, "permission denied: only the owner of the process may request snapshots");
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 || !peer_allowed(peer))
+        return refuse(fd, "permission denied: only root and the user the process runs as may connect");
     if (g_reading_count == kMaxReading) return refuse(fd, "too many pending requests");
     Reading& r = g_reading[g_reading_count++];
     r.fd = fd;
@@ -155,10 +258,7 @@ void control_close() {
     if (g_listen >= 0) close(g_listen);
     g_listen = -1;
     close_reading();
-    for (int i = 0; i < g_pending_count; ++i) {
-        send_line(g_pending[i].fd, "error the process is exiting");
-        close(g_pending[i].fd);
-    }
+    for (int i = 0; i < g_pending_count; ++i) refuse(g_pending[i].fd, "the process is exiting");
     g_pending_count = 0;
 }
 
@@ -201,11 +301,16 @@ void control_reply_durable(uint32_t durable_marker) {
         Pending p = g_pending[i];
         uint32_t marker = writer_marker_index(p.token);
         if (marker && marker <= durable_marker) {
-            char index[24];
-            format_uint(marker, index);
-            send_line(p.fd, "ok ", index);
-            send_line(p.fd, writer_log_path());
-            close(p.fd);
+            Reply<kMaxReply> reply;
+            reply.put("ok ");
+            reply.put_uint(marker);
+            reply.put("\n");
+            reply.put_escaped(writer_log_path());
+            reply.put("\n");
+            if (reply.overflow)
+                refuse(p.fd, "reply too long (paths of more than 16 KiB)");
+            else
+                send_reply(p.fd, reply, writer_log_fd());
         } else {
             g_pending[kept++] = p;
         }

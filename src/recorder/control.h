@@ -1,14 +1,17 @@
 // The control channel through which `heapsnap snapshot PID` asks a running
-// recorded process for a marker.
+// recorded process for a marker, and `heapsnap ps` asks who it is.
 //
 // A Unix stream socket in the abstract namespace named "heapsnap.<pid>"
 // (formats/control.md): no file to clean up or to race on in /tmp, no signal
 // number taken from the program. The writer thread accepts connections; a
-// peer whose SO_PEERCRED uid differs from the process's real uid gets
-// "error permission denied" and nothing else happens. The writer never
-// blocks on a client: requests are read as they arrive, with a 1 s
-// deadline. A request only names
-// a marker label: it cannot make the process write anywhere else.
+// peer whose SO_PEERCRED uid is neither 0 nor the process's current real
+// or effective uid gets "error permission denied" and nothing else
+// happens. The writer never blocks on a client: requests are read as they
+// arrive, with a 1 s deadline. A request only names a marker label (or
+// asks for `info`): it cannot make the process write anywhere else. The
+// reply to `snapshot` carries the log's descriptor (SCM_RIGHTS), so the
+// client reads the very file the process writes, whether or not it could
+// open the log's path.
 #pragma once
 
 #include <poll.h>

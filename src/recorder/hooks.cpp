@@ -900,3 +900,77 @@ HEAPSNAP_EXPORT int execle(const char* path, const char* arg, ...) {
     va_end(ap);
     return r;
 }
+
+// ---- uid changes -------------------------------------------------------------
+// A server started as root that switches to its own user (memcached -u,
+// nginx's workers) stays reachable by that user through the control socket
+// (control.cpp), and that user must be able to read the log by its path
+// too: just before the real call, while the process may still chown, the
+// log is given to the uid the process is about to run as (its new
+// effective uid, else its new real uid); if the call fails it is given
+// back. glibc's setuid family changes the credentials of every thread of
+// the process. Group ids are left alone: the log's mode is 0600.
+// The hooks neither allocate nor lock (writer_give_log): these calls are
+// async-signal-safe, and a program may make them from a signal handler.
+// The real functions are looked up by the library's constructor (dlsym
+// may allocate); only a call made before it, from an earlier constructor,
+// looks its function up itself.
+
+namespace {
+
+template <class Fn>
+Fn next_definition(std::atomic<Fn>& cache, const char* name) {
+    Fn fn = cache.load(std::memory_order_acquire);
+    if (!fn) {
+        fn = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+        cache.store(fn, std::memory_order_release);
+    }
+    return fn;
+}
+
+template <class Call>
+int changing_uid(uid_t new_real, uid_t new_effective, Call&& call) {
+    uid_t user = new_effective != static_cast<uid_t>(-1) ? new_effective : new_real;
+    int64_t previous_owner = writer_give_log(user);
+    int r = call();
+    if (r != 0) {
+        int saved = errno;
+        writer_take_log_back(previous_owner);
+        errno = saved;
+    }
+    return r;
+}
+
+std::atomic<int (*)(uid_t)> g_real_setuid{nullptr};
+std::atomic<int (*)(uid_t)> g_real_seteuid{nullptr};
+std::atomic<int (*)(uid_t, uid_t)> g_real_setreuid{nullptr};
+std::atomic<int (*)(uid_t, uid_t, uid_t)> g_real_setresuid{nullptr};
+
+__attribute__((constructor)) void look_up_uid_functions() {
+    next_definition(g_real_setuid, "setuid");
+    next_definition(g_real_seteuid, "seteuid");
+    next_definition(g_real_setreuid, "setreuid");
+    next_definition(g_real_setresuid, "setresuid");
+}
+
+}  // namespace
+
+HEAPSNAP_EXPORT int setuid(uid_t uid) {
+    auto real_setuid = next_definition(g_real_setuid, "setuid");
+    return changing_uid(uid, uid, [&] { return real_setuid(uid); });
+}
+
+HEAPSNAP_EXPORT int seteuid(uid_t euid) {
+    auto real_seteuid = next_definition(g_real_seteuid, "seteuid");
+    return changing_uid(static_cast<uid_t>(-1), euid, [&] { return real_seteuid(euid); });
+}
+
+HEAPSNAP_EXPORT int setreuid(uid_t ruid, uid_t euid) {
+    auto real_setreuid = next_definition(g_real_setreuid, "setreuid");
+    return changing_uid(ruid, euid, [&] { return real_setreuid(ruid, euid); });
+}
+
+HEAPSNAP_EXPORT int setresuid(uid_t ruid, uid_t euid, uid_t suid) {
+    auto real_setresuid = next_definition(g_real_setresuid, "setresuid");
+    return changing_uid(ruid, euid, [&] { return real_setresuid(ruid, euid, suid); });
+}

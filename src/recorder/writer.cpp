@@ -50,7 +50,16 @@ struct Cursor {
 
 // Writer state; guarded by g_writer_lock.
 SpinLock g_writer_lock;
-int g_fd = -1;
+// Written under the lock; atomic because the close and uid-change hooks
+// read it from any thread (is_recorder_fd, writer_give_log).
+std::atomic<int> g_fd{-1};
+// The log file's identity, and the process whose log it is: a uid-change
+// hook checks that the descriptor it is about to chown is still the log,
+// and that the caller is not a vfork child (which shares the parent's
+// memory, and so g_fd, but runs as a user of its own).
+dev_t g_log_dev = 0;
+ino_t g_log_ino = 0;
+pid_t g_log_pid = 0;
 char g_path[kMaxPathLen];
 uint8_t* g_frame = nullptr;
 // What encoding changes on every record, on lines of its own: the hooks
@@ -650,6 +659,10 @@ void* writer_main(void*) {
     return nullptr;
 }
 
+// CLOCK_REALTIME when the log began, as its Process record says; guarded
+// by g_writer_lock.
+uint64_t g_start_realtime_ns = 0;
+
 void write_process_record(codec::Writer& w) {
     w.u8(static_cast<uint8_t>(hslog::Tag::Process));
     w.str(HEAPSNAP_RECORDER_VERSION);
@@ -658,7 +671,8 @@ void write_process_record(codec::Writer& w) {
     w.varint(getuid());
     timespec real;
     clock_gettime(CLOCK_REALTIME, &real);
-    w.varint(static_cast<uint64_t>(real.tv_sec) * 1000000000ull + static_cast<uint64_t>(real.tv_nsec));
+    g_start_realtime_ns = static_cast<uint64_t>(real.tv_sec) * 1000000000ull + static_cast<uint64_t>(real.tv_nsec);
+    w.varint(g_start_realtime_ns);
     w.varint(start_time_ns());
     w.varint(static_cast<uint64_t>(sysconf(_SC_PAGESIZE)));
     w.u8(static_cast<uint8_t>(config().unwind));
@@ -729,8 +743,13 @@ bool make_absolute(char* path, size_t cap) {
 
 // O_EXCL: never reuse or follow someone else's file; if the name is taken
 // (a re-exec of the same program with the same pid), add -1, -2, ...
+// O_RDWR: the descriptor is also handed to snapshot clients, who read the
+// log through it (control.cpp). O_APPEND: every write lands at the end
+// whatever the file offset; write_all never depends on the offset.
+constexpr int kLogFlags = O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+
 int create_log(char* path, size_t cap) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int fd = open(path, kLogFlags, 0600);
     if (fd >= 0 || errno != EEXIST) return fd;
     size_t len = strlen(path);
     const char* dot = strrchr(path, '.');
@@ -752,7 +771,7 @@ int create_log(char* path, size_t cap) {
         while (k && m + 1 < sizeof candidate) candidate[m++] = num[--k];
         for (size_t j = 0; ext[j] && m + 1 < sizeof candidate; ++j) candidate[m++] = ext[j];
         candidate[m] = 0;
-        fd = open(candidate, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        fd = open(candidate, kLogFlags, 0600);
         if (fd >= 0) {
             if (m + 1 <= cap) memcpy(path, candidate, m + 1);
             return fd;
@@ -805,13 +824,22 @@ bool writer_open() {
         alert("log path too long: ", config().output_pattern, "; recording disabled");
         return false;
     }
-    g_fd = move_fd_high(create_log(g_path, sizeof g_path));
-    if (g_fd < 0) {
+    int fd = move_fd_high(create_log(g_path, sizeof g_path));
+    if (fd < 0) {
         char reason[128] = ": ";
         strncat(reason, strerror(errno), sizeof reason - 3);
         alert("cannot create log ", g_path, reason, "; recording disabled");
         return false;
     }
+    // The identity before the descriptor: a uid-change hook that sees the
+    // descriptor sees its identity too.
+    struct stat st;
+    if (fstat(fd, &st) == 0) {
+        g_log_dev = st.st_dev;
+        g_log_ino = st.st_ino;
+    }
+    g_log_pid = getpid();
+    g_fd.store(fd, std::memory_order_release);
     uint8_t header[hslog::kHeaderSize];
     codec::Writer h(header, sizeof header);
     h.raw(hslog::kMagic, sizeof hslog::kMagic);
@@ -1030,7 +1058,7 @@ bool is_recorder_fd(int fd) { return fd >= 0 && (fd == g_fd || fd == g_wake_fd |
 
 int recorder_fds(int out[kMaxRecorderFds]) {
     int n = 0;
-    for (int fd : {g_fd, g_wake_fd, control_fd()})
+    for (int fd : {g_fd.load(), g_wake_fd, control_fd()})
         if (fd >= 0) out[n++] = fd;
     std::sort(out, out + n);
     return n;
@@ -1044,6 +1072,35 @@ int move_fd_high(int fd) {
     if (high < 0) return fd;
     close(fd);
     return high;
+}
+
+int writer_log_fd() { return g_fd.load(std::memory_order_relaxed); }
+
+LogStatus writer_log_status() {
+    LockGuard guard(g_writer_lock);
+    return LogStatus{g_enc.events, g_start_realtime_ns};
+}
+
+// getpid, fstat and fchown only: async-signal-safe, no allocation, no
+// lock (a signal handler may change uid while its thread holds the writer
+// lock). The descriptor is checked to still be the log: one closed at exit
+// meanwhile might have been reused by the program.
+int64_t writer_give_log(uid_t uid) {
+    int fd = g_fd.load(std::memory_order_acquire);
+    if (fd < 0 || uid == static_cast<uid_t>(-1) || getpid() != g_log_pid) return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_dev != g_log_dev || st.st_ino != g_log_ino || st.st_uid == uid) return -1;
+    if (fchown(fd, uid, static_cast<gid_t>(-1)) != 0) return -1;
+    return st.st_uid;
+}
+
+void writer_take_log_back(int64_t owner) {
+    int fd = g_fd.load(std::memory_order_acquire);
+    if (owner < 0 || fd < 0 || getpid() != g_log_pid) return;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_dev != g_log_dev || st.st_ino != g_log_ino) return;
+    int ignored = fchown(fd, static_cast<uid_t>(owner), static_cast<gid_t>(-1));
+    (void)ignored;
 }
 
 uint32_t writer_durable_marker() { return g_durable_marker.load(std::memory_order_acquire); }

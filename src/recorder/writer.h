@@ -15,6 +15,8 @@
 // (writer_drain_inline); the two never run at once (writer lock).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 
 #include "format/hslog.h"
@@ -22,8 +24,8 @@
 namespace heapsnap::recorder {
 
 // Creates the log file from the configured pattern (O_EXCL, O_NOFOLLOW,
-// mode 0600) and writes the header and the process record. False (with a
-// diagnostic) if the file cannot be created.
+// mode 0600, O_RDWR | O_APPEND) and writes the header and the process
+// record. False (with a diagnostic) if the file cannot be created.
 bool writer_open();
 bool writer_start_thread();
 bool writer_running();
@@ -63,6 +65,22 @@ int move_fd_high(int fd);
 
 // Absolute path of the log being written.
 const char* writer_log_path();
+// The log's descriptor (O_RDWR | O_APPEND), or -1: control.cpp passes it
+// to snapshot clients, who read the log through it.
+int writer_log_fd();
+struct LogStatus {
+    uint64_t events;             // alloc/free/mmap/munmap events encoded so far
+    uint64_t start_realtime_ns;  // CLOCK_REALTIME at the log's start (its Process record)
+};
+LogStatus writer_log_status();
+// The uid-change hooks (hooks.cpp): just before a setuid-family call that
+// makes `uid` the user of the process, while it still may, the log is
+// given to that uid (fchown; the mode stays 0600), so the user the process
+// now runs as can read it by path too. Returns the previous owner, or -1
+// when nothing changed (same owner, no log, not permitted). If the call
+// fails, writer_take_log_back(previous) undoes it. Async-signal-safe.
+int64_t writer_give_log(uid_t uid);
+void writer_take_log_back(int64_t owner);
 // Highest marker index whose frame has been written to the file.
 uint32_t writer_durable_marker();
 // The index the writer gave the marker with this token, 0 if not yet.

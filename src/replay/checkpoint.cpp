@@ -1,11 +1,13 @@
 #include "replay/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "format/framed_file.h"
 #include "format/snapshot_file.h"
 #include "util/error.h"
+#include "util/files.h"
 
 namespace heapsnap {
 namespace {
@@ -24,25 +26,54 @@ constexpr size_t kFingerprintBytes = 4096;
 
 // FNV-1a over the log's first bytes (its header and process record): ties
 // a checkpoint to one log even if another log later takes its name.
-uint64_t fingerprint(const std::string& log) {
-    int fd = open(log.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
+uint64_t fingerprint(const LogFile& log) {
     unsigned char buf[kFingerprintBytes];
-    ssize_t n = read(fd, buf, sizeof buf);
-    close(fd);
+    ssize_t n = 0;
+    if (log.fd >= 0) {
+        n = pread(log.fd, buf, sizeof buf, 0);
+    } else {
+        UniqueFd fd(open(log.path.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!fd) return 0;
+        n = read(fd.get(), buf, sizeof buf);
+    }
     uint64_t h = 0xcbf29ce484222325ull;
     for (ssize_t i = 0; i < n; ++i) h = (h ^ buf[i]) * 0x100000001b3ull;
     return h ^ static_cast<uint64_t>(n);
+}
+
+// The directory that holds the log, open, and the checkpoint's name in it.
+struct Place {
+    UniqueFd dir;
+    std::string name;
+    std::string shown;  // the checkpoint's path, for messages
+};
+
+std::optional<Place> place_of(const LogFile& log) {
+    size_t slash = log.path.rfind('/');
+    std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : log.path.substr(0, slash);
+    std::string base = slash == std::string::npos ? log.path : log.path.substr(slash + 1);
+    if (base.empty()) return std::nullopt;
+    UniqueFd dir_fd(open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!dir_fd) return std::nullopt;
+    if (log.fd >= 0) {
+        struct stat named, held;
+        if (fstatat(dir_fd.get(), base.c_str(), &named, AT_SYMLINK_NOFOLLOW) != 0 || fstat(log.fd, &held) != 0 ||
+            named.st_dev != held.st_dev || named.st_ino != held.st_ino)
+            return std::nullopt;
+    }
+    return Place{std::move(dir_fd), base + ".checkpoint", checkpoint_path(log.path)};
 }
 
 }  // namespace
 
 std::string checkpoint_path(const std::string& log) { return log + ".checkpoint"; }
 
-std::optional<Checkpoint> load_checkpoint(const std::string& log) {
-    if (!has_magic(checkpoint_path(log), kCheckpointKind.magic)) return std::nullopt;
+std::optional<Checkpoint> load_checkpoint(const LogFile& log) {
+    std::optional<Place> place = place_of(log);
+    if (!place) return std::nullopt;
     try {
-        std::vector<uint8_t> body = read_framed_file(checkpoint_path(log), kCheckpointKind);
+        std::vector<uint8_t> file = read_file_at(place->dir.get(), place->name, place->shown);
+        std::vector<uint8_t> body = decode_framed(place->shown, kCheckpointKind, file);
         codec::Reader r(body.data(), body.size());
         if (r.varint() != fingerprint(log)) return std::nullopt;
         Checkpoint c;
@@ -79,8 +110,10 @@ std::optional<Checkpoint> load_checkpoint(const std::string& log) {
     }
 }
 
-void save_checkpoint(const std::string& log, const StreamPosition& position, const std::vector<MarkerRecord>& markers,
+void save_checkpoint(const LogFile& log, const StreamPosition& position, const std::vector<MarkerRecord>& markers,
                      const Replay& replay) {
+    std::optional<Place> place = place_of(log);
+    if (!place) return;
     ByteBuffer o;
     o.varint(fingerprint(log));
     o.varint(position.offset);
@@ -103,7 +136,8 @@ void save_checkpoint(const std::string& log, const StreamPosition& position, con
     for (const MarkerRecord& m : markers) put_marker(o, m, false);
     replay.save_state(o);
     try {
-        write_framed_file(checkpoint_path(log), kCheckpointKind, o.bytes());
+        write_file_atomically_at(place->dir.get(), place->name, encode_framed(place->shown, kCheckpointKind, o.bytes()),
+                                 place->shown);
     } catch (const Error&) {
         // A cache that cannot be written costs speed, not results.
     }

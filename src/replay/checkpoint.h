@@ -13,7 +13,12 @@
 // The checkpoint is a cache: it is ignored (and replaced) when it does not
 // belong to this log (the log's first bytes are fingerprinted), when the
 // moment asked for is not after it, or when it cannot be read; a log
-// directory that is not writable simply gets none.
+// directory that is not writable (or, to the caller, not searchable)
+// simply gets none. It is read and written in the directory that holds
+// the log, opened once, so a path component renamed or replaced by a
+// symlink meanwhile cannot redirect it. A log read through a descriptor
+// (LogFile::fd: a running process's log, whose path came from that
+// process) gets a checkpoint only if its path names that very file.
 //
 // Size: the live blocks (about 10 bytes each compressed), the allocation
 // infos (a few bytes each: the distinct (fn, size, stack) triples), every
@@ -39,10 +44,10 @@ struct Checkpoint {
 std::string checkpoint_path(const std::string& log);
 
 // The checkpoint of `log`, if there is a valid one.
-std::optional<Checkpoint> load_checkpoint(const std::string& log);
+std::optional<Checkpoint> load_checkpoint(const LogFile& log);
 
 // Best effort: failures to write are ignored.
-void save_checkpoint(const std::string& log, const StreamPosition& position, const std::vector<MarkerRecord>& markers,
+void save_checkpoint(const LogFile& log, const StreamPosition& position, const std::vector<MarkerRecord>& markers,
                      const Replay& replay);
 
 }  // namespace heapsnap

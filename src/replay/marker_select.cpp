@@ -211,13 +211,14 @@ bool checkpoints_enabled() {
 
 }  // namespace
 
-Snapshot snapshot_at(const std::string& log, const Moment& moment) {
+Snapshot snapshot_at(const LogFile& log, const Moment& moment) {
+    const std::string& path = log.path;
     uint64_t stop_after = 0;
     if (moment.kind == Moment::Kind::Peak) {
         PeakFinder finder;
         read_log_as(log, finder);
         stop_after = finder.events_at_peak();
-        if (!stop_after) throw Error(log + ": no heap allocation in the log, so no peak");
+        if (!stop_after) throw Error(path + ": no heap allocation in the log, so no peak");
     }
     MomentReplay replay(moment, stop_after);
     std::optional<Checkpoint> checkpoint;
@@ -236,15 +237,17 @@ Snapshot snapshot_at(const std::string& log, const Moment& moment) {
             case Moment::Kind::End:
             case Moment::Kind::Time: replay.take_synthetic(replay.end_ns(), moment.text); break;
             case Moment::Kind::Exit:
-                throw Error(log + ": no marker \"exit\": " + why_no_exit(replay.end(), summary) +
+                throw Error(path + ": no marker \"exit\": " + why_no_exit(replay.end(), summary) +
                             " — use @end for everything the log holds; " + describe(replay.seen()));
-            default: throw Error(log + ": no marker \"" + moment.text + "\"; " + describe(replay.seen()));
+            default: throw Error(path + ": no marker \"" + moment.text + "\"; " + describe(replay.seen()));
         }
     }
     Snapshot s = std::move(replay.result());
-    s.source = log;
+    s.source = path;
     return s;
 }
+
+Snapshot snapshot_at(const std::string& log, const Moment& moment) { return snapshot_at(LogFile{log}, moment); }
 
 MarkerListing list_markers(const std::string& log) {
     class Lister final : public Replay {

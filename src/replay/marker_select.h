@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "format/log_reader.h"
 #include "format/snapshot_file.h"
 
 namespace heapsnap {
@@ -32,6 +33,7 @@ Moment parse_moment(const std::string& text);
 
 // Replays `log` up to the moment. Throws heapsnap::Error when the moment is
 // not in the log, naming the markers it has.
+Snapshot snapshot_at(const LogFile& log, const Moment& moment);
 Snapshot snapshot_at(const std::string& log, const Moment& moment);
 
 struct MarkerRow {

@@ -3,17 +3,49 @@
 // exposing a half-written file).
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace heapsnap {
 
+// Owns a descriptor (-1: none) and closes it when it goes.
+class UniqueFd {
+public:
+    UniqueFd() = default;
+    explicit UniqueFd(int fd) : fd_(fd) {}
+    UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+    UniqueFd& operator=(UniqueFd&& other) noexcept {
+        if (this != &other) reset(std::exchange(other.fd_, -1));
+        return *this;
+    }
+    ~UniqueFd() { reset(); }
+    int get() const { return fd_; }
+    explicit operator bool() const { return fd_ >= 0; }
+    void reset(int fd = -1) {
+        if (fd_ >= 0) ::close(fd_);
+        fd_ = fd;
+    }
+
+private:
+    int fd_ = -1;
+};
+
 // Reads the whole file; throws heapsnap::Error "<path>: <strerror>".
 std::vector<uint8_t> read_file(const std::string& path);
+// The same for `name` in the directory `dir` (a descriptor), never through
+// a symlink and never blocking on a FIFO; `shown` names it in messages.
+std::vector<uint8_t> read_file_at(int dir, const std::string& name, const std::string& shown);
 
 // Writes `data` to a fresh temporary file next to `path` (O_EXCL, 0600),
 // then renames it over `path`. Throws heapsnap::Error.
 void write_file_atomically(const std::string& path, const std::vector<uint8_t>& data);
+// The same for `name` in the directory `dir`: a directory renamed or
+// replaced by a symlink meanwhile does not redirect the write.
+void write_file_atomically_at(int dir, const std::string& name, const std::vector<uint8_t>& data,
+                              const std::string& shown);
 
 }  // namespace heapsnap
