@@ -15,6 +15,8 @@
 #include <climits>
 #include <cstring>
 
+#include "cli/recorder_probe.h"
+
 namespace heapsnap::cli {
 namespace {
 
@@ -184,8 +186,7 @@ ControlAnswer control_exchange(pid_t pid, const ProcessUids& uids, const std::st
             if (err == 0) break;
             errno = err;
         }
-        throw ControlError(Kind::NotRecorded,
-                           who + " is not recorded by heapsnap (no control socket; start it with 'heapsnap run')");
+        throw ControlError(Kind::NotRecorded, unreachable_reason(pid));
     }
 
     ucred peer{};

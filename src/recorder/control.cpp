@@ -108,7 +108,7 @@ void send_reply(int fd, const Reply<Capacity>& reply, int pass_fd = -1) {
     }
     ssize_t ignored = sendmsg(fd, &msg, MSG_NOSIGNAL);
     (void)ignored;
-    close(fd);
+    close_own(fd);
 }
 
 void refuse(int fd, const char* text) {
@@ -182,7 +182,7 @@ bool read_some(Reading& r, uint64_t now) {
             if (r.used)
                 refuse(r.fd, "malformed request");
             else
-                close(r.fd);
+                close_own(r.fd);
             return true;
         }
         r.used += static_cast<size_t>(n);
@@ -230,7 +230,7 @@ void accept_one(int fd, uint64_t now) {
 }
 
 void close_reading() {
-    for (int i = 0; i < g_reading_count; ++i) close(g_reading[i].fd);
+    for (int i = 0; i < g_reading_count; ++i) close_own(g_reading[i].fd);
     g_reading_count = 0;
 }
 
@@ -248,14 +248,14 @@ void control_open() {
     memcpy(addr.sun_path + 1, name, name_len);
     socklen_t addr_len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name_len);
     if (bind(fd, reinterpret_cast<sockaddr*>(&addr), addr_len) != 0 || listen(fd, 8) != 0) {
-        close(fd);
+        close_own(fd);
         return;
     }
     g_listen = move_fd_high(fd);
 }
 
 void control_close() {
-    if (g_listen >= 0) close(g_listen);
+    if (g_listen >= 0) close_own(g_listen);
     g_listen = -1;
     close_reading();
     for (int i = 0; i < g_pending_count; ++i) refuse(g_pending[i].fd, "the process is exiting");
@@ -263,10 +263,10 @@ void control_close() {
 }
 
 void control_forget_after_fork() {
-    if (g_listen >= 0) close(g_listen);
+    if (g_listen >= 0) close_own(g_listen);
     g_listen = -1;
     close_reading();
-    for (int i = 0; i < g_pending_count; ++i) close(g_pending[i].fd);
+    for (int i = 0; i < g_pending_count; ++i) close_own(g_pending[i].fd);
     g_pending_count = 0;
 }
 

@@ -388,7 +388,7 @@ void alert(const char* a, const char* b, const char* c, const char* d) {
     memcpy(addr.sun_path, "/dev/log", sizeof "/dev/log");
     ssize_t ignored = sendto(fd, line, n, MSG_DONTWAIT | MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
     (void)ignored;
-    close(fd);
+    close_own(fd);
 }
 
 void before_exec() {

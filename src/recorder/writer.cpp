@@ -11,6 +11,7 @@
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 // customMem (an allocator that does not call malloc) is in the advanced API.
 #define ZSTD_STATIC_LINKING_ONLY
@@ -686,7 +687,7 @@ void write_process_record(codec::Writer& w) {
         ssize_t r;
         while (len < sizeof cmdline && (r = read(fd, cmdline + len, sizeof cmdline - len)) > 0)
             len += static_cast<size_t>(r);
-        close(fd);
+        close_own(fd);
     }
     w.bytes(cmdline, len);
     w.varint(config().sample_bytes);
@@ -791,7 +792,7 @@ void announce_path() {
             line[n] = '\n';
             ssize_t ignored = write(fd, line, n + 1);
             (void)ignored;
-            close(fd);
+            close_own(fd);
         }
     }
     if (config().verbose) diagnostic("recording to ", g_path);
@@ -847,7 +848,7 @@ bool writer_open() {
     h.u32le(0);
     if (!write_all(header, sizeof header)) {
         alert("cannot write log ", g_path, "; recording disabled");
-        close(g_fd);
+        close_own(g_fd);
         g_fd = -1;
         return false;
     }
@@ -1013,7 +1014,7 @@ void writer_stop(hslog::EndReason reason) {
     commit(w);
     flush_frame();
     g_ended = true;
-    close(g_fd);
+    close_own(g_fd);
     g_fd = -1;
 }
 
@@ -1029,7 +1030,7 @@ bool writer_discard_if_empty() {
                 ours.st_ino == named.st_ino;
     if (same) unlink(g_path);
     g_ended = true;
-    close(g_fd);
+    close_own(g_fd);
     g_fd = -1;
     return same;
 }
@@ -1043,11 +1044,11 @@ void writer_forget_after_fork() {
     g_stop.store(false);
     g_intervals_closed.store(false);
     g_interval_busy.store(false);
-    if (g_fd >= 0) close(g_fd);
+    if (g_fd >= 0) close_own(g_fd);
     g_fd = -1;
     g_enc.frame_used = 0;
     g_compressing = Compressing{};
-    if (g_wake_fd >= 0) close(g_wake_fd);
+    if (g_wake_fd >= 0) close_own(g_wake_fd);
     g_wake_fd = -1;
     control_forget_after_fork();
 }
@@ -1064,13 +1065,17 @@ int recorder_fds(int out[kMaxRecorderFds]) {
     return n;
 }
 
+void close_own(int fd) {
+    if (fd >= 0) syscall(SYS_close, fd);
+}
+
 // Programs sometimes assume the lowest free descriptor (fd 3 after a
 // fresh start) or dup2 onto small numbers; keep out of their way.
 int move_fd_high(int fd) {
     if (fd < 0) return fd;
     int high = fcntl(fd, F_DUPFD_CLOEXEC, 900);
     if (high < 0) return fd;
-    close(fd);
+    close_own(fd);
     return high;
 }
 

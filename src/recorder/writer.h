@@ -62,6 +62,9 @@ inline constexpr int kMaxRecorderFds = 3;
 int recorder_fds(int out[kMaxRecorderFds]);
 // Moves a new descriptor of the recorder above the range programs use.
 int move_fd_high(int fd);
+// Closes a descriptor of the recorder's with the system call: close() is
+// the hook, which keeps the recorder's descriptors open whoever asks.
+void close_own(int fd);
 
 // Absolute path of the log being written.
 const char* writer_log_path();
