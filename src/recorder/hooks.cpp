@@ -820,34 +820,60 @@ HEAPSNAP_EXPORT void _exit(int status) { leave_now(ready() ? real.exit_now : nul
 
 HEAPSNAP_EXPORT void _Exit(int status) { leave_now(ready() ? real.exit_now_c : nullptr, status); }
 
+// The environment the new image gets: `envp` itself, or where it holds the
+// relative HEAPSNAP_OUTPUT the recorder started with, a copy on the
+// caller's stack (alloca: nothing allocated before exec) with that entry
+// made absolute (lifecycle.h, absolute_output_entry), so a program that
+// changed directory passes on where the user asked for logs.
+#define HEAPSNAP_EXEC_ENV(envp)                                                                              \
+    ({                                                                                                       \
+        char* const* in_ = (envp);                                                                           \
+        const char* entry_ = absolute_output_entry();                                                        \
+        size_t n_ = 0;                                                                                       \
+        if (entry_ && in_)                                                                                   \
+            while (in_[n_]) ++n_;                                                                            \
+        char** out_ = n_ ? static_cast<char**>(alloca((n_ + 1) * sizeof(char*))) : nullptr;                \
+        if (out_) {                                                                                          \
+            for (size_t i_ = 0; i_ <= n_; ++i_) out_[i_] = in_[i_];                                          \
+            replace_output_entry(out_, entry_);                                                              \
+        }                                                                                                    \
+        out_ ? static_cast<char* const*>(out_) : in_;                                                        \
+    })
+
 HEAPSNAP_EXPORT int execve(const char* path, char* const argv[], char* const envp[]) {
     if (!ready()) return -1;
-    return around_exec([&] { return real.execve(path, argv, envp); });
+    char* const* env = HEAPSNAP_EXEC_ENV(envp);
+    return around_exec([&] { return real.execve(path, argv, env); });
 }
 
 HEAPSNAP_EXPORT int execv(const char* path, char* const argv[]) {
     if (!ready()) return -1;
-    return around_exec([&] { return real.execv(path, argv); });
+    char* const* env = HEAPSNAP_EXEC_ENV(environ);
+    return around_exec([&] { return real.execve(path, argv, env); });
 }
 
 HEAPSNAP_EXPORT int execvp(const char* file, char* const argv[]) {
     if (!ready()) return -1;
-    return around_exec([&] { return real.execvp(file, argv); });
+    char* const* env = HEAPSNAP_EXEC_ENV(environ);
+    return around_exec([&] { return real.execvpe(file, argv, env); });
 }
 
 HEAPSNAP_EXPORT int execvpe(const char* file, char* const argv[], char* const envp[]) {
     if (!ready()) return -1;
-    return around_exec([&] { return real.execvpe(file, argv, envp); });
+    char* const* env = HEAPSNAP_EXEC_ENV(envp);
+    return around_exec([&] { return real.execvpe(file, argv, env); });
 }
 
 HEAPSNAP_EXPORT int fexecve(int fd, char* const argv[], char* const envp[]) {
     if (!ready()) return -1;
-    return around_exec([&] { return real.fexecve(fd, argv, envp); });
+    char* const* env = HEAPSNAP_EXEC_ENV(envp);
+    return around_exec([&] { return real.fexecve(fd, argv, env); });
 }
 
 HEAPSNAP_EXPORT int execveat(int dirfd, const char* path, char* const argv[], char* const envp[], int flags) {
     if (!ready()) return -1;
-    return around_exec([&] { return real.execveat(dirfd, path, argv, envp, flags); });
+    char* const* env = HEAPSNAP_EXEC_ENV(envp);
+    return around_exec([&] { return real.execveat(dirfd, path, argv, env, flags); });
 }
 
 // The list forms take their arguments as varargs; glibc's own versions call

@@ -77,6 +77,14 @@ void alert(const char* a, const char* b = "", const char* c = "", const char* d 
 // Writes v in decimal, 0-terminated, without stdio: out holds 21 bytes.
 void format_uint(uint64_t v, char* out);
 
+// "HEAPSNAP_OUTPUT=<the pattern made absolute>" when the variable the
+// recorder started with was relative (and recording follows exec), else
+// null: the entry an exec'd image gets instead (hooks.cpp).
+const char* absolute_output_entry();
+// In the null-terminated `env`, the entry that is still the relative
+// HEAPSNAP_OUTPUT the recorder started with becomes `entry`.
+void replace_output_entry(char** env, const char* entry);
+
 // fork/exec hooks.
 void before_exec();
 void after_failed_exec();

@@ -79,6 +79,11 @@ bool copy_env(const char* name, char* out, size_t cap, const char* fallback) {
     return true;
 }
 
+// The relative HEAPSNAP_OUTPUT the process started with, and the entry
+// that replaces it in an exec'd image's environment (absolute_output_entry).
+char g_relative_output[kMaxPathLen];
+char g_absolute_entry[kMaxPathLen + 32];
+
 // A relative output pattern is taken from the directory the process
 // started in, where the user asked for it: a daemon that changes directory
 // (to / as daemon(3) does) before its fork child opens a log still writes
@@ -110,7 +115,17 @@ void read_config() {
     // An empty output_pattern tells writer_open to refuse recording.
     copy_env("HEAPSNAP_OUTPUT", g_config.output_pattern, sizeof g_config.output_pattern,
              "heapsnap.%e.%p.hslog");
+    g_relative_output[0] = 0;
+    if (const char* v = getenv("HEAPSNAP_OUTPUT"); v && *v && *v != '/' && strlen(v) < sizeof g_relative_output)
+        memcpy(g_relative_output, v, strlen(v) + 1);
     if (!absolute_pattern(g_config.output_pattern, sizeof g_config.output_pattern)) g_config.output_pattern[0] = 0;
+    static const char kName[] = "HEAPSNAP_OUTPUT=";
+    g_absolute_entry[0] = 0;
+    size_t len = strlen(g_config.output_pattern);
+    if (g_relative_output[0] && g_config.output_pattern[0] == '/' && sizeof kName + len <= sizeof g_absolute_entry) {
+        memcpy(g_absolute_entry, kName, sizeof kName - 1);
+        memcpy(g_absolute_entry + sizeof kName - 1, g_config.output_pattern, len + 1);
+    }
     if (!copy_env("HEAPSNAP_PATHS_FILE", g_config.paths_file, sizeof g_config.paths_file, ""))
         diagnostic("ignoring HEAPSNAP_PATHS_FILE (longer than 4095 bytes)");
     g_config.depth = kDefaultDepth;
@@ -325,6 +340,17 @@ bool initialize() {
 }  // namespace
 
 const Config& config() { return g_config; }
+
+const char* absolute_output_entry() {
+    return g_absolute_entry[0] && g_config.follow && g_state.load() != Uninitialized ? g_absolute_entry : nullptr;
+}
+
+void replace_output_entry(char** env, const char* entry) {
+    static const char kName[] = "HEAPSNAP_OUTPUT=";
+    for (; *env; ++env)
+        if (strncmp(*env, kName, sizeof kName - 1) == 0 && strcmp(*env + sizeof kName - 1, g_relative_output) == 0)
+            *env = const_cast<char*>(entry);
+}
 
 bool recorder_active() {
     int state = g_state.load(std::memory_order_acquire);
