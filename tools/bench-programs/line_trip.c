@@ -6,7 +6,7 @@
  * written on the program's CPU and read on the writer's, so what a line
  * costs to move between them is part of the recording overhead. On the
  * development VM (2026-11-27) it read 450 to 520 ns in some hours and 170
- * to 200 in others (tools/bench-history.md, "From 9a6a52f to 8235870").
+ * to 200 in others (docs/bench-history.md, "From 9a6a52f to 8235870").
  *
  * Usage: line_trip [ROUNDS]. Exit status 0; 1 with a message on stderr if
  * there is no CPU 1 to pin to.
