@@ -2,91 +2,22 @@
 // addresses, innermost first, exactly those libunwind's unw_backtrace
 // reports, without the frames of the recorder itself.
 //
-// Why not unw_backtrace. A context save, unw_init_local and a cache probe
-// per frame cost about 200 ns on a 25-frame stack, and interning the
-// result as much again: together the largest cost of recording. But
-// consecutive allocations of a thread share most of their stack, and most
-// allocations come from a few stacks. So:
-//   - every frame is stepped with its CFI rule (frame_rules.h), and each
-//     thread's cache keeps its last stack: per frame its registers, its
-//     rule and the stack words the step read;
-//   - once the walk meets a frame of the last stack (same sp, ip and bp),
-//     the rest of the last stack is reused link by link, each link checked
-//     by re-reading the one to three words it was computed from (return
-//     address slot, saved rbp, the CFA of a realigned frame). A step is a
-//     function of the frame, its rule and those words, so equal words mean
-//     an equal caller: a reused stack is the stack a full unwind gives,
-//     never a guess. A link that no longer holds (the same leaf called from
-//     another caller at the same depth, a longjmp, a frame returned from
-//     and entered again) is stepped afresh and the walk goes on;
-//   - a thread that owns its cache hands each stack it walks on to be
-//     interned by the writer (keyer.define, "Local keys" below) under a
-//     key of the cache's own; the others key it at once (key()), and
-//     remember key() per stack (the memo), checked against the stack's
-//     record in full, so a stack seen lately is not hashed and looked up
-//     in the shared table again;
-//   - a hook's stack whose first frame is the last stack's top one (a
-//     loop allocating at one place) is the last stack if its links hold:
-//     its key without a walk;
-//   - the frames walked afresh above the last stack are kept per first
-//     frame (and its caller, where many callers share one) with the key
-//     of their whole stack (a segment), so a place an interpreter
-//     allocates from again (a dict, a string, a list in turn) costs only
-//     its link checks: no step, no rewrite, no memo. It holds while the
-//     last stack's frames it joined have not been rewritten (or hold the
-//     same return addresses again; of a deep join, the 32 innermost of
-//     them, and those below have not been rewritten).
-//     A segment frame's rbp is compared only where the walk depends on it
-//     (its rule reads through rbp, or hands rbp on to a frame that does):
-//     code that keeps data in rbp, as python3's does, calls the same place
-//     with other values in it, and comparing them lost a quarter of the
-//     hits (76 % of python3's allocations hit a segment, 99 % since);
-//   - the same goes for the last stack's frames (CachedFrame::bp_needed):
-//     a frame is met again, and a link checked, without its rbp where the
-//     walk from it outward does not depend on it. On a compile (cc1plus,
-//     built without frame pointers, so rbp is one more register) 90 000 of
-//     the 247 000 links that failed had only such an rbp changed, and
-//     walks went from 406 000 to 382 000; python3's from 70 500 to 64 500.
-//     Where a walk steps on from a reused frame, the rbps of the frames it
-//     reused are taken again from memory (their callers may now need them);
-//   - a stack deeper than the frames asked for is still walked to its end
-//     for the cache (up to kMaxDepth + 8 frames), so that it is reused and
-//     rejoined like any other; only the frames asked for are reported.
-// The recorder's own frames at the top are skipped: a hook passes its
-// frame address and the walk starts with the hook's caller (the recorder
-// keeps frame pointers); without one they are followed by frame pointer.
-// They are not cached, so the cache starts with the program's frame. The
-// reuse reads dense copies of what it checks (LinkCheck) and copies the
-// reused ips in one memcpy: on python3, ~12 frames reused a stack.
-// On tools/bench-programs/alloc_bench.c (20-frame recursion) unwinding
-// and interning drop from ~440 to ~125 ns per allocation, on python3
-// (PYTHONMALLOC=malloc, tools/bench-programs/churn.py) from ~250 to ~160.
+// Each frame is stepped with its CFI rule (frame_rules.h); a thread's
+// stack cache keeps its last stack and the segments above it, and reuses
+// a frame only when the words its step read are unchanged, so a reused
+// stack is the stack a full unwind gives. A frame no rule covers sends
+// the whole stack to unw_backtrace. A thread that owns a cache hands the
+// stacks it walks to the writer under a local key (below) instead of
+// interning them itself. The design, a picture, a glossary and the
+// rejected alternatives: docs/design/stack-capture.md.
 //
-// A frame the rules do not cover (unusual CFI, a signal frame, code
-// without CFI whose frame pointer cannot be followed safely: unwind.cpp,
-// walk_rule) sends its whole stack to unw_backtrace, filtered the same way.
-// Rejected: a frame-pointer walk checked against the CFI per return
-// address (right only where every function keeps a frame pointer; the
-// check costs what the rule lookup costs); trusting frames "probably
-// unchanged" without re-reading them (a stack reused unread can be wrong);
-// keeping the cache in TLS (it would sit on every thread's stack: static
-// TLS comes out of thread stacks) or per thread until exit (no exit hook
-// here, and churning threads would leak it).
-//
-// The caches: a pool of 128. A recording thread owns one until its exit
-// hook (borrowed then with plain stores): the lowest free one, so threads
-// that come and go reuse the caches of those gone. One past its exit
-// hook, or a signal handler interrupting a walk, borrows a free one for
-// one walk with an atomic flag; so a thread, a signal handler interrupting
-// it, another thread or a fork child never use one at the same time.
-// Nothing in them is trusted without the link check, so any thread may
-// take any of them. More than 128 recording threads at once: the rest walk
-// without a cache (slower, same stacks). About 530 KiB each (370 KiB of it
-// segments), mapped on first use and populated then (raw_map_populated: a
-// page first read, then written, would cost a second fault and a TLB
-// shootdown), and counted as recorder memory. A freed cache waits for the
-// next thread; past 8 free ones, an exiting thread unmaps its own, so the
-// caches mapped follow the threads alive, not every thread there was.
+// The caches: a pool of kStackCaches. A recording thread owns the lowest
+// free one until its exit hook; a thread past its exit hook, or a signal
+// handler interrupting a walk, borrows a free one for one walk (an atomic
+// flag), so no two users ever share one. More recording threads than
+// caches walk without one (slower, same stacks). A freed cache waits for
+// the next thread; past 8 free ones an exiting thread unmaps its own, so
+// the memory follows the threads alive, not every thread there was.
 #pragma once
 
 #include <cstdint>
@@ -145,12 +76,7 @@ struct StackKeyer {
 // stacks it walks: keyer.define hands each walked stack on (the recorder
 // appends it to the thread's ring, and the writer interns it there) under
 // a key of the cache's own, which the segments and the last stack keep
-// like any other. Interning in the thread (the memo, its check against the
-// stack's record, the shared table's lookup and insert) cost a compile
-// (cc1plus -O2) about 28 % of the stack capture's cycles; handing the
-// stacks on instead took the recorder's share of the program thread's
-// cycles from 0.249 to 0.208 of the compiler's own, and 0.04 to 0.05 s
-// of the recorded run's 0.35 s overhead (README, "Performance").
+// like any other.
 // A local key: kLocalKey | the cache's pool slot << 24 | a counter of the
 // cache's walks (24 bits, never all ones, so that no key is the
 // recorder's kDeferredStack). Only the cache's owner hands one out, so
