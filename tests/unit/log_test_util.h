@@ -125,6 +125,24 @@ public:
     // the presence byte.
     void marker(uint64_t t, uint32_t index, const char* label, hslog::MarkerCause cause = hslog::MarkerCause::User,
                 int malloc_byte = -1) {
+        codec::Writer w = marker_head(t, index, label, cause);
+        uint8_t has_malloc = malloc_byte >= 0 ? static_cast<uint8_t>(malloc_byte) : cause != hslog::MarkerCause::Exit;
+        w.u8(has_malloc);
+        if (has_malloc == 1)
+            for (int i = 3; i < 3 + 7; ++i) w.varint(i);
+        w.u32le(0);
+        done(w);
+    }
+    // A marker without regions, with another allocator's statistics.
+    void marker_with(uint64_t t, uint32_t index, const char* label, const hslog::AllocatorStats& stats) {
+        codec::Writer w = marker_head(t, index, label, hslog::MarkerCause::User);
+        hslog::put_allocator_stats(w, stats);
+        w.u32le(0);
+        done(w);
+    }
+    // A marker's fields up to its statistics byte (rss 0, threads 1,
+    // recorder bytes 2).
+    codec::Writer marker_head(uint64_t t, uint32_t index, const char* label, hslog::MarkerCause cause) {
         codec::Writer w = room();
         w.u8(static_cast<uint8_t>(hslog::Tag::Marker));
         w.varint((t - now_) / hslog::kTimeUnitNs);
@@ -135,28 +153,7 @@ public:
         w.u8(static_cast<uint8_t>(cause));
         w.str(label);
         for (int i = 0; i < 3; ++i) w.varint(i);
-        uint8_t has_malloc = malloc_byte >= 0 ? static_cast<uint8_t>(malloc_byte) : cause != hslog::MarkerCause::Exit;
-        w.u8(has_malloc);
-        if (has_malloc == 1)
-            for (int i = 3; i < 3 + 7; ++i) w.varint(i);
-        w.u32le(0);
-        done(w);
-    }
-    // A marker without regions, with another allocator's statistics.
-    void marker_with(uint64_t t, uint32_t index, const char* label, const hslog::AllocatorStats& stats) {
-        codec::Writer w = room();
-        w.u8(static_cast<uint8_t>(hslog::Tag::Marker));
-        w.varint((t - now_) / hslog::kTimeUnitNs);
-        now_ = t;
-        w.varint(0);
-        w.varint(events_);
-        w.varint(index);
-        w.u8(static_cast<uint8_t>(hslog::MarkerCause::User));
-        w.str(label);
-        for (int i = 0; i < 3; ++i) w.varint(i);
-        hslog::put_allocator_stats(w, stats);
-        w.u32le(0);
-        done(w);
+        return w;
     }
     void end(uint64_t t) {
         codec::Writer w = room();
