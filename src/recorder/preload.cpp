@@ -67,10 +67,34 @@ bool g_fork_child = false;
 // Inside daemon(3) on this thread: a fork's parent then leaves at once.
 __thread bool t_in_daemon;  // initial-exec (meson.build)
 
+// The environment as the process got it, read and edited in `environ`
+// itself: getenv, setenv and unsetenv may be the program's own (bash
+// defines them over its variable table, which does not exist yet this
+// early, and its unsetenv then does nothing).
+char** env_slot(const char* name) {
+    if (!environ) return nullptr;
+    size_t n = strlen(name);
+    for (char** e = environ; *e; ++e)
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return e;
+    return nullptr;
+}
+
+const char* env_value(const char* name) {
+    char** slot = env_slot(name);
+    return slot ? *slot + strlen(name) + 1 : nullptr;
+}
+
+// Removes every NAME=... entry, the later ones moving up in order, as
+// unsetenv does (without freeing: the strings are not ours).
+void remove_env(const char* name) {
+    while (char** slot = env_slot(name))
+        for (char** e = slot; *e; ++e) e[0] = e[1];
+}
+
 // A value that does not fit is refused (out left empty, false returned),
 // never cut: a cut path names a file nobody asked for.
 bool copy_env(const char* name, char* out, size_t cap, const char* fallback) {
-    const char* v = getenv(name);
+    const char* v = env_value(name);
     if (!v || !*v) v = fallback;
     size_t n = strnlen(v, cap);
     out[0] = 0;
@@ -116,7 +140,7 @@ void read_config() {
     copy_env("HEAPSNAP_OUTPUT", g_config.output_pattern, sizeof g_config.output_pattern,
              "heapsnap.%e.%p.hslog");
     g_relative_output[0] = 0;
-    if (const char* v = getenv("HEAPSNAP_OUTPUT"); v && *v && *v != '/' && strlen(v) < sizeof g_relative_output)
+    if (const char* v = env_value("HEAPSNAP_OUTPUT"); v && *v && *v != '/' && strlen(v) < sizeof g_relative_output)
         memcpy(g_relative_output, v, strlen(v) + 1);
     if (!absolute_pattern(g_config.output_pattern, sizeof g_config.output_pattern)) g_config.output_pattern[0] = 0;
     static const char kName[] = "HEAPSNAP_OUTPUT=";
@@ -129,7 +153,7 @@ void read_config() {
     if (!copy_env("HEAPSNAP_PATHS_FILE", g_config.paths_file, sizeof g_config.paths_file, ""))
         diagnostic("ignoring HEAPSNAP_PATHS_FILE (longer than 4095 bytes)");
     g_config.depth = kDefaultDepth;
-    if (const char* v = getenv("HEAPSNAP_DEPTH"); v && *v) {
+    if (const char* v = env_value("HEAPSNAP_DEPTH"); v && *v) {
         char* end = nullptr;
         errno = 0;
         unsigned long d = strtoul(v, &end, 10);
@@ -139,7 +163,7 @@ void read_config() {
             g_config.depth = static_cast<uint32_t>(d);
     }
     g_config.interval_s = 0;
-    if (const char* v = getenv("HEAPSNAP_INTERVAL"); v && *v) {
+    if (const char* v = env_value("HEAPSNAP_INTERVAL"); v && *v) {
         char* end = nullptr;
         errno = 0;
         double s = strtod(v, &end);
@@ -149,7 +173,7 @@ void read_config() {
             g_config.interval_s = s;
     }
     g_config.sample_bytes = 0;
-    if (const char* v = getenv("HEAPSNAP_SAMPLE_BYTES"); v && *v) {
+    if (const char* v = env_value("HEAPSNAP_SAMPLE_BYTES"); v && *v) {
         char* end = nullptr;
         errno = 0;
         unsigned long long n = strtoull(v, &end, 10);
@@ -161,22 +185,22 @@ void read_config() {
     // auto is dwarf: frame pointers cannot be trusted without checking
     // every frame, and a wrong stack is worse than a slow one.
     g_config.unwind = hslog::UnwindMode::Dwarf;
-    if (const char* v = getenv("HEAPSNAP_UNWIND"); v && *v) {
+    if (const char* v = env_value("HEAPSNAP_UNWIND"); v && *v) {
         if (strcmp(v, "fp") == 0)
             g_config.unwind = hslog::UnwindMode::FramePointer;
         else if (strcmp(v, "dwarf") != 0 && strcmp(v, "auto") != 0)
             diagnostic("ignoring HEAPSNAP_UNWIND=", v, " (expected dwarf, fp or auto)");
     }
     g_config.follow = true;
-    if (const char* v = getenv("HEAPSNAP_FOLLOW"); v && *v) {
+    if (const char* v = env_value("HEAPSNAP_FOLLOW"); v && *v) {
         if (strcmp(v, "0") == 0)
             g_config.follow = false;
         else if (strcmp(v, "1") != 0)
             diagnostic("ignoring HEAPSNAP_FOLLOW=", v, " (expected 0 or 1)");
     }
-    const char* verbose = getenv("HEAPSNAP_VERBOSE");
+    const char* verbose = env_value("HEAPSNAP_VERBOSE");
     g_config.verbose = verbose && *verbose && strcmp(verbose, "0") != 0;
-    const char* verify = getenv("HEAPSNAP_VERIFY_STACKS");
+    const char* verify = env_value("HEAPSNAP_VERIFY_STACKS");
     g_config.verify_stacks = verify && *verify && strcmp(verify, "0") != 0;
 }
 
@@ -202,15 +226,15 @@ bool names_this_library(const char* entry, const OwnLibrary& own) {
 // HEAPSNAP_FOLLOW=0: what the program passes on to the programs it execs
 // no longer names the recorder: its LD_PRELOAD entry goes (the others
 // stay, in their order, ':'-separated) and so do the variables the
-// launcher set. In place and through unsetenv, which allocate nothing:
-// this runs from the process's first allocation. The program sees its
-// environment as it would without the recorder.
+// launcher set. In `environ` itself (env_slot), which allocates nothing:
+// this runs from the process's first allocation. The program and what it
+// runs see the environment they would see without the recorder.
 void leave_environment() {
     static const char* const kLauncherVariables[] = {"HEAPSNAP_OUTPUT", "HEAPSNAP_PATHS_FILE",   "HEAPSNAP_DEPTH",
                                                      "HEAPSNAP_UNWIND", "HEAPSNAP_SAMPLE_BYTES", "HEAPSNAP_INTERVAL",
                                                      "HEAPSNAP_FOLLOW"};
-    for (const char* name : kLauncherVariables) unsetenv(name);
-    char* preload = getenv("LD_PRELOAD");
+    for (const char* name : kLauncherVariables) remove_env(name);
+    char* preload = const_cast<char*>(env_value("LD_PRELOAD"));
     dl_find_object found;
     if (!preload || _dl_find_object(reinterpret_cast<void*>(&leave_environment), &found) != 0) return;
     OwnLibrary own{found.dlfo_link_map->l_name, nullptr, false, {}};
@@ -236,7 +260,7 @@ void leave_environment() {
         in += n;
     }
     *out = 0;
-    if (out == preload) unsetenv("LD_PRELOAD");
+    if (out == preload) remove_env("LD_PRELOAD");
 }
 
 void on_thread_exit(void*) {
@@ -309,6 +333,7 @@ bool start_child_log() {
 // as the recorder starts (before the program's), runs after them and ends
 // the log as the _exit hook does.
 void on_quick_exit() { before_underscore_exit(); }
+
 
 bool initialize() {
     read_config();
