@@ -96,6 +96,9 @@ struct Real {
 
 Real real;
 std::atomic<bool> g_resolved{false};
+// In the calloc hook, until it calls the real calloc (lifecycle.h,
+// starting_in_calloc).
+__thread bool t_in_calloc;  // initial-exec (meson.build)
 std::atomic<bool> g_resolving{false};
 
 alignas(64) char g_bootstrap[256 * 1024];
@@ -483,6 +486,8 @@ void* thread_trampoline(void* p) {
 
 }  // namespace
 
+bool starting_in_calloc() { return t_in_calloc; }
+
 void note_stack_verified(bool same) {
     g_verified_stacks.fetch_add(1, std::memory_order_relaxed);
     if (!same) g_differing_stacks.fetch_add(1, std::memory_order_relaxed);
@@ -535,7 +540,9 @@ HEAPSNAP_EXPORT void* calloc(size_t n, size_t size) {
         if (__builtin_mul_overflow(n, size, &total)) return nullptr;
         return bootstrap_alloc(total);  // static storage: already zero
     }
+    t_in_calloc = true;
     bool record = should_record_prefetching(__builtin_frame_address(0));
+    t_in_calloc = false;
     void* p = call_allocator(real.calloc, n, size);
     if (p && record) record_alloc(AllocFn::Calloc, p, n * size, HEAPSNAP_CALLER);
     return p;

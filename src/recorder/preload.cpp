@@ -9,6 +9,7 @@
 // frees of untracked blocks (formats/hslog.md).
 // Exec: the log is completed (End record, reason "exec") before the real
 // exec; the new image starts its own log if the recorder is still preloaded.
+// Exit: the log ends after every destructor and exit handler (on_exits_done).
 // HEAPSNAP_FOLLOW=0 (heapsnap run --no-follow): the first image alone is
 // recorded. The recorder takes itself out of the environment as it starts
 // (leave_environment), so nothing the program execs loads it, and a fork
@@ -334,6 +335,37 @@ bool start_child_log() {
 // the log as the _exit hook does.
 void on_quick_exit() { before_underscore_exit(); }
 
+// exit(3) in glibc runs the thread-local destructors, then the exit
+// handlers (atexit, on_exit, __cxa_atexit), the last registered first,
+// then stdio's cleanup (which frees nothing), then _exit. Among the
+// handlers is _dl_fini, registered by __libc_start_main once every shared
+// library's constructor has run: it runs the executable's and the
+// libraries' destructors (this one's included) in its own order, and
+// each library's __cxa_atexit handlers with them (__cxa_finalize). This
+// handler is registered as the recorder starts, so before _dl_fini and
+// before anything the program registers from then on, and with no DSO
+// handle, so that no __cxa_finalize runs it early: it runs after all of
+// them, and the exit marker counts every free the process makes on its
+// way out. After _dl_fini nothing the log needs is gone: the recorder has
+// no static destructors, libzstd and libunwind none that matter, and the
+// writer thread still runs.
+bool g_exit_handler = false;
+
+void finish_log();
+
+void on_exits_done(void*) {
+    if (g_state.load() == Active) finish_log();
+}
+
+extern "C" int __cxa_atexit(void (*fn)(void*), void* arg, void* dso);
+
+// A first allocation from calloc may be glibc's own, made while it holds
+// the lock of the exit-handler list to grow it: registering then would
+// wait for itself. The library constructor registers instead.
+void register_exit_handler() {
+    if (g_exit_handler || starting_in_calloc()) return;
+    g_exit_handler = __cxa_atexit(on_exits_done, nullptr, nullptr) == 0;
+}
 
 bool initialize() {
     read_config();
@@ -359,6 +391,7 @@ bool initialize() {
     current_thread_index();  // the thread that starts the process is thread 0
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
     at_quick_exit(on_quick_exit);
+    register_exit_handler();
     return writer_open();
 }
 
@@ -521,11 +554,15 @@ HEAPSNAP_EXPORT int heapsnap_marker_v1(const char* label) {
 }
 
 __attribute__((constructor)) static void heapsnap_start() {
-    if (ensure_initialized()) writer_start_thread();
+    if (ensure_initialized()) {
+        register_exit_handler();
+        writer_start_thread();
+    }
 }
 
-// Runs from _dl_fini: after atexit handlers and the program's static
-// destructors, so the exit marker sees their frees.
+// Only if the exit handler could not be registered (on_exits_done): the
+// log then ends from _dl_fini, before the destructors of the libraries it
+// runs after this one's.
 __attribute__((destructor)) static void heapsnap_finish() {
-    if (g_state.load() == Active) finish_log();
+    if (!g_exit_handler && g_state.load() == Active) finish_log();
 }
