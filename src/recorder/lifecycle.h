@@ -85,6 +85,10 @@ const char* absolute_output_entry();
 // HEAPSNAP_OUTPUT the recorder started with becomes `entry`.
 void replace_output_entry(char** env, const char* entry);
 
+// Recording stops for good (the log cannot be written: writer.cpp, fail):
+// the hooks record nothing more, and no exit marker is taken.
+void stop_recording();
+
 // Whether this thread is inside the calloc hook, before the real call
 // (hooks.cpp): where the recorder may be starting inside glibc's own
 // calloc for its exit-handler list (preload.cpp, register_exit_handler).

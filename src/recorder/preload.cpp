@@ -39,6 +39,7 @@
 #include "recorder/markers.h"
 #include "recorder/metadata_queue.h"
 #include "recorder/modules.h"
+#include "recorder/own_fds.h"
 #include "recorder/sampler.h"
 #include "recorder/spinlock.h"
 #include "recorder/stack_table.h"
@@ -534,6 +535,11 @@ void finish_log() {
 }
 
 }  // namespace
+
+void stop_recording() {
+    int active = Active;
+    g_state.compare_exchange_strong(active, Disabled);
+}
 
 void before_underscore_exit() {
     // Not in a vfork child, which shares this memory (and the parent's
