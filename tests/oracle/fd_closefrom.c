@@ -7,7 +7,8 @@
  * directly, which no hook sees: the recorder loses its descriptors.
  * Either way nothing but the program's line may reach its files.
  * Keeps 3 x malloc(777) to the end (2 331 bytes in 3 blocks), then sleeps
- * a second with nothing to do (a writer that spins shows as CPU time).
+ * a second with nothing to do, and prints on stderr the CPU time the
+ * process (the recorder's thread included) used meanwhile: "idle_ms N".
  * stdout's buffer (4 096 bytes) is live at exit too.
  */
 #define _GNU_SOURCE
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -39,7 +41,14 @@ int main(int argc, char** argv) {
         free(malloc(100 + (size_t)i));
     }
     for (int i = 0; i < 3; ++i) kept[i] = malloc(777);
+    struct rusage before, after;
+    getrusage(RUSAGE_SELF, &before);
     sleep(1);
+    getrusage(RUSAGE_SELF, &after);
+    long us = (after.ru_utime.tv_sec - before.ru_utime.tv_sec + after.ru_stime.tv_sec - before.ru_stime.tv_sec) *
+                  1000000L +
+              (after.ru_utime.tv_usec - before.ru_utime.tv_usec) + (after.ru_stime.tv_usec - before.ru_stime.tv_usec);
+    fprintf(stderr, "idle_ms %ld\n", us / 1000);
     printf("first %d last %d\n", first, last);
     return 0;
 }
