@@ -11,6 +11,7 @@
 #include "recorder/lifecycle.h"
 #include "recorder/markers.h"
 #include "recorder/modules.h"
+#include "recorder/own_fds.h"
 #include "recorder/writer.h"
 
 namespace heapsnap::recorder {
@@ -38,7 +39,8 @@ struct Reading {
     char buf[kMaxRequest];
 };
 
-int g_listen = -1;
+// Its holder (own_fds.h): a dup2 of the program onto it moves it.
+std::atomic<int> g_listen{-1};
 Pending g_pending[kMaxPending];
 int g_pending_count = 0;
 Reading g_reading[kMaxReading];
@@ -106,8 +108,11 @@ void send_reply(int fd, const Reply<Capacity>& reply, int pass_fd = -1) {
         c->cmsg_len = CMSG_LEN(sizeof(int));
         memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
     }
-    ssize_t ignored = sendmsg(fd, &msg, MSG_NOSIGNAL);
-    (void)ignored;
+    OwnFdUse use;
+    if (!own_fd_taken(fd)) {
+        ssize_t ignored = sendmsg(fd, &msg, MSG_NOSIGNAL);
+        (void)ignored;
+    }
     close_own(fd);
 }
 
@@ -174,6 +179,11 @@ void take_request(int fd, char* line) {
 // Reads what has arrived; true when the connection is finished with (its
 // request taken or refused, or the peer gone).
 bool read_some(Reading& r, uint64_t now) {
+    OwnFdUse use;
+    if (own_fd_taken(r.fd)) {  // dup2 of the program onto it (own_fds.h)
+        close_own(r.fd);
+        return true;
+    }
     for (;;) {
         ssize_t n = recv(r.fd, r.buf + r.used, sizeof r.buf - 1 - r.used, MSG_DONTWAIT);
         if (n < 0 && errno == EINTR) continue;
@@ -251,7 +261,7 @@ void control_open() {
         close_own(fd);
         return;
     }
-    g_listen = move_fd_high(fd);
+    own_fd_adopt(fd, &g_listen);
 }
 
 void control_close() {
@@ -270,24 +280,28 @@ void control_forget_after_fork() {
     g_pending_count = 0;
 }
 
-int control_fd() { return g_listen; }
+int control_fd() { return g_listen.load(std::memory_order_acquire); }
 
 int control_poll_fds(pollfd* out, int max) {
     int n = 0;
-    if (g_listen >= 0 && n < max) out[n++] = pollfd{g_listen, POLLIN, 0};
-    for (int i = 0; i < g_reading_count && n < max; ++i) out[n++] = pollfd{g_reading[i].fd, POLLIN, 0};
+    int listen = g_listen.load(std::memory_order_acquire);
+    if (listen >= 0 && n < max) out[n++] = pollfd{listen, POLLIN, 0};
+    for (int i = 0; i < g_reading_count && n < max; ++i)
+        if (!own_fd_taken(g_reading[i].fd)) out[n++] = pollfd{g_reading[i].fd, POLLIN, 0};
     return n;
 }
 
 bool control_reading() { return g_reading_count > 0; }
 
 void control_poll() {
-    if (g_listen < 0) return;
+    OwnFdUse use;
+    int listen = g_listen.load(std::memory_order_acquire);
+    if (listen < 0) return;
     uint64_t now = now_ns();
     for (;;) {
-        int fd = accept4(g_listen, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        int fd = accept4(listen, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) break;
-        accept_one(fd, now);
+        accept_one(own_fd_adopt(fd, nullptr), now);
     }
     int kept = 0;
     for (int i = 0; i < g_reading_count; ++i)
@@ -296,6 +310,7 @@ void control_poll() {
 }
 
 void control_reply_durable(uint32_t durable_marker) {
+    OwnFdUse use;
     int kept = 0;
     for (int i = 0; i < g_pending_count; ++i) {
         Pending p = g_pending[i];

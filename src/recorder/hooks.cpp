@@ -36,6 +36,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -49,6 +50,7 @@
 #include "recorder/allocator.h"
 #include "recorder/lifecycle.h"
 #include "recorder/modules.h"
+#include "recorder/own_fds.h"
 #include "recorder/raw_alloc.h"
 #include "recorder/sampler.h"
 #include "recorder/stack_table.h"
@@ -80,7 +82,6 @@ struct Real {
     void* (*mremap)(void*, size_t, size_t, int, void*);
     int (*pthread_create)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
     int (*close)(int);
-    int (*close_range)(unsigned, unsigned, int);
     int (*execve)(const char*, char* const[], char* const[]);
     int (*execv)(const char*, char* const[]);
     int (*execvp)(const char*, char* const[]);
@@ -96,6 +97,9 @@ struct Real {
 
 Real real;
 std::atomic<bool> g_resolved{false};
+// In the calloc hook, until it calls the real calloc (lifecycle.h,
+// starting_in_calloc).
+__thread bool t_in_calloc;  // initial-exec (meson.build)
 std::atomic<bool> g_resolving{false};
 
 alignas(64) char g_bootstrap[256 * 1024];
@@ -137,7 +141,6 @@ __attribute__((noinline)) void resolve() {
     lookup(real.mremap, "mremap");
     lookup(real.pthread_create, "pthread_create");
     lookup(real.close, "close");
-    lookup(real.close_range, "close_range");
     lookup(real.execve, "execve");
     lookup(real.execv, "execv");
     lookup(real.execvp, "execvp");
@@ -483,6 +486,8 @@ void* thread_trampoline(void* p) {
 
 }  // namespace
 
+bool starting_in_calloc() { return t_in_calloc; }
+
 void note_stack_verified(bool same) {
     g_verified_stacks.fetch_add(1, std::memory_order_relaxed);
     if (!same) g_differing_stacks.fetch_add(1, std::memory_order_relaxed);
@@ -535,7 +540,9 @@ HEAPSNAP_EXPORT void* calloc(size_t n, size_t size) {
         if (__builtin_mul_overflow(n, size, &total)) return nullptr;
         return bootstrap_alloc(total);  // static storage: already zero
     }
+    t_in_calloc = true;
     bool record = should_record_prefetching(__builtin_frame_address(0));
+    t_in_calloc = false;
     void* p = call_allocator(real.calloc, n, size);
     if (p && record) record_alloc(AllocFn::Calloc, p, n * size, HEAPSNAP_CALLER);
     return p;
@@ -700,33 +707,99 @@ HEAPSNAP_EXPORT void* mremap(void* old, size_t old_size, size_t new_size, int fl
 }
 
 // ---- descriptors -------------------------------------------------------------
-// A program that closes every descriptor (daemons, sandboxes) must not take
-// the log with it: closing one of the recorder's descriptors reports
-// success and leaves it open.
+// The recorder's descriptors stay open and in place whatever the program
+// closes, and move out of the way of a dup2 onto their number (own_fds.h).
+// These hooks make the system calls themselves, as glibc's functions do:
+// they work before the real functions are looked up, and stay
+// async-signal-safe.
 
 HEAPSNAP_EXPORT int close(int fd) {
+    if (is_own_fd(fd)) return 0;
     if (!ready()) return static_cast<int>(syscall(SYS_close, fd));
-    if (is_recorder_fd(fd)) return 0;
     return real.close(fd);
 }
 
-HEAPSNAP_EXPORT int close_range(unsigned first, unsigned last, int flags) {
-    if (!ready() || !real.close_range) return static_cast<int>(syscall(SYS_close_range, first, last, flags));
-    // Close the pieces around the recorder's descriptors.
-    int ours[kMaxRecorderFds];
-    int n = recorder_fds(ours);
+namespace {
+
+// close_range(first, last, flags) in pieces around the recorder's
+// descriptors.
+int close_range_around_own(unsigned first, unsigned last, int flags) {
+    int ours[kMaxOwnFds];
+    int n = own_fds(ours);
     unsigned from = first;
     for (int i = 0; i < n; ++i) {
         auto fd = static_cast<unsigned>(ours[i]);
         if (fd < from || fd > last) continue;
         if (fd > from) {
-            int r = real.close_range(from, fd - 1, flags);
+            int r = static_cast<int>(syscall(SYS_close_range, from, fd - 1, flags));
             if (r != 0) return r;
         }
         from = fd + 1;
     }
     if (from > last || from == 0) return 0;  // from == 0: wrapped past UINT_MAX
-    return real.close_range(from, last, flags);
+    return static_cast<int>(syscall(SYS_close_range, from, last, flags));
+}
+
+// dup2 and dup3 onto `target`: a descriptor of the recorder's there moves
+// first, unless the call fails anyway (a target at or above the soft
+// limit, where the recorder's usually are, as bare).
+void make_room(int target) {
+    if (!is_own_fd(target)) return;
+    rlimit lim;
+    if (syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, nullptr, &lim) == 0 && static_cast<rlim_t>(target) >= lim.rlim_cur)
+        return;
+    own_fd_vacate(target);
+}
+
+bool own_nofile(int resource, pid_t pid) {
+    return resource == RLIMIT_NOFILE && (pid == 0 || pid == getpid());
+}
+
+}  // namespace
+
+HEAPSNAP_EXPORT int close_range(unsigned first, unsigned last, int flags) {
+    return close_range_around_own(first, last, flags);
+}
+
+// glibc's closefrom makes the close_range system call itself, past the
+// hook above; where the kernel has none, it closes what /proc/self/fd
+// lists, and so does this, one by one through the close hook.
+HEAPSNAP_EXPORT void closefrom(int lowfd) {
+    if (lowfd < 0) lowfd = 0;
+    if (close_range_around_own(static_cast<unsigned>(lowfd), ~0u, 0) == 0 || errno != ENOSYS) return;
+    rlimit lim;
+    if (syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, nullptr, &lim) != 0) return;
+    for (rlim_t fd = static_cast<rlim_t>(lowfd); fd < lim.rlim_cur; ++fd) close(static_cast<int>(fd));
+}
+
+HEAPSNAP_EXPORT int dup2(int oldfd, int newfd) {
+    if (oldfd != newfd) make_room(newfd);
+    return static_cast<int>(syscall(SYS_dup2, oldfd, newfd));
+}
+
+HEAPSNAP_EXPORT int dup3(int oldfd, int newfd, int flags) {
+    if (oldfd != newfd) make_room(newfd);
+    return static_cast<int>(syscall(SYS_dup3, oldfd, newfd, flags));
+}
+
+// The soft limit of descriptors changes only while the recorder is not
+// moving a descriptor above it (own_fds.h).
+HEAPSNAP_EXPORT int prlimit(pid_t pid, __rlimit_resource resource, const rlimit* limit, rlimit* old) {
+    auto call = [&] { return static_cast<int>(syscall(SYS_prlimit64, pid, resource, limit, old)); };
+    return limit && own_nofile(resource, pid) ? with_fd_limit_lock(call) : call();
+}
+
+// The *64 forms take the same structure on LP64.
+HEAPSNAP_EXPORT int prlimit64(pid_t pid, __rlimit_resource resource, const rlimit64* limit, rlimit64* old) {
+    return prlimit(pid, resource, reinterpret_cast<const rlimit*>(limit), reinterpret_cast<rlimit*>(old));
+}
+
+HEAPSNAP_EXPORT int setrlimit(__rlimit_resource_t resource, const rlimit* limit) {
+    return prlimit(0, static_cast<__rlimit_resource>(resource), limit, nullptr);
+}
+
+HEAPSNAP_EXPORT int setrlimit64(__rlimit_resource_t resource, const rlimit64* limit) {
+    return setrlimit(resource, reinterpret_cast<const rlimit*>(limit));
 }
 
 // ---- threads and exec ------------------------------------------------------------

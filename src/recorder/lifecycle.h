@@ -4,9 +4,9 @@
 // The recorder initialises on the first allocation of the process (which
 // may come before any constructor, even from dlsym while the real malloc is
 // being looked up); the writer thread starts from the library constructor,
-// once threads can be created. The `exit` marker is taken in the library
-// destructor, which runs from _dl_fini after the program's atexit handlers
-// and static destructors, so late frees are counted.
+// once threads can be created. The `exit` marker is taken by an exit
+// handler that runs after every destructor and exit handler of the
+// process (preload.cpp, on_exits_done), so the last frees are counted.
 #pragma once
 
 #include <cstdint>
@@ -84,6 +84,15 @@ const char* absolute_output_entry();
 // In the null-terminated `env`, the entry that is still the relative
 // HEAPSNAP_OUTPUT the recorder started with becomes `entry`.
 void replace_output_entry(char** env, const char* entry);
+
+// Recording stops for good (the log cannot be written: writer.cpp, fail):
+// the hooks record nothing more, and no exit marker is taken.
+void stop_recording();
+
+// Whether this thread is inside the calloc hook, before the real call
+// (hooks.cpp): where the recorder may be starting inside glibc's own
+// calloc for its exit-handler list (preload.cpp, register_exit_handler).
+bool starting_in_calloc();
 
 // fork/exec hooks.
 void before_exec();

@@ -9,6 +9,7 @@
 // frees of untracked blocks (formats/hslog.md).
 // Exec: the log is completed (End record, reason "exec") before the real
 // exec; the new image starts its own log if the recorder is still preloaded.
+// Exit: the log ends after every destructor and exit handler (on_exits_done).
 // HEAPSNAP_FOLLOW=0 (heapsnap run --no-follow): the first image alone is
 // recorded. The recorder takes itself out of the environment as it starts
 // (leave_environment), so nothing the program execs loads it, and a fork
@@ -38,6 +39,7 @@
 #include "recorder/markers.h"
 #include "recorder/metadata_queue.h"
 #include "recorder/modules.h"
+#include "recorder/own_fds.h"
 #include "recorder/sampler.h"
 #include "recorder/spinlock.h"
 #include "recorder/stack_table.h"
@@ -67,10 +69,34 @@ bool g_fork_child = false;
 // Inside daemon(3) on this thread: a fork's parent then leaves at once.
 __thread bool t_in_daemon;  // initial-exec (meson.build)
 
+// The environment as the process got it, read and edited in `environ`
+// itself: getenv, setenv and unsetenv may be the program's own (bash
+// defines them over its variable table, which does not exist yet this
+// early, and its unsetenv then does nothing).
+char** env_slot(const char* name) {
+    if (!environ) return nullptr;
+    size_t n = strlen(name);
+    for (char** e = environ; *e; ++e)
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return e;
+    return nullptr;
+}
+
+const char* env_value(const char* name) {
+    char** slot = env_slot(name);
+    return slot ? *slot + strlen(name) + 1 : nullptr;
+}
+
+// Removes every NAME=... entry, the later ones moving up in order, as
+// unsetenv does (without freeing: the strings are not ours).
+void remove_env(const char* name) {
+    while (char** slot = env_slot(name))
+        for (char** e = slot; *e; ++e) e[0] = e[1];
+}
+
 // A value that does not fit is refused (out left empty, false returned),
 // never cut: a cut path names a file nobody asked for.
 bool copy_env(const char* name, char* out, size_t cap, const char* fallback) {
-    const char* v = getenv(name);
+    const char* v = env_value(name);
     if (!v || !*v) v = fallback;
     size_t n = strnlen(v, cap);
     out[0] = 0;
@@ -116,7 +142,7 @@ void read_config() {
     copy_env("HEAPSNAP_OUTPUT", g_config.output_pattern, sizeof g_config.output_pattern,
              "heapsnap.%e.%p.hslog");
     g_relative_output[0] = 0;
-    if (const char* v = getenv("HEAPSNAP_OUTPUT"); v && *v && *v != '/' && strlen(v) < sizeof g_relative_output)
+    if (const char* v = env_value("HEAPSNAP_OUTPUT"); v && *v && *v != '/' && strlen(v) < sizeof g_relative_output)
         memcpy(g_relative_output, v, strlen(v) + 1);
     if (!absolute_pattern(g_config.output_pattern, sizeof g_config.output_pattern)) g_config.output_pattern[0] = 0;
     static const char kName[] = "HEAPSNAP_OUTPUT=";
@@ -129,7 +155,7 @@ void read_config() {
     if (!copy_env("HEAPSNAP_PATHS_FILE", g_config.paths_file, sizeof g_config.paths_file, ""))
         diagnostic("ignoring HEAPSNAP_PATHS_FILE (longer than 4095 bytes)");
     g_config.depth = kDefaultDepth;
-    if (const char* v = getenv("HEAPSNAP_DEPTH"); v && *v) {
+    if (const char* v = env_value("HEAPSNAP_DEPTH"); v && *v) {
         char* end = nullptr;
         errno = 0;
         unsigned long d = strtoul(v, &end, 10);
@@ -139,7 +165,7 @@ void read_config() {
             g_config.depth = static_cast<uint32_t>(d);
     }
     g_config.interval_s = 0;
-    if (const char* v = getenv("HEAPSNAP_INTERVAL"); v && *v) {
+    if (const char* v = env_value("HEAPSNAP_INTERVAL"); v && *v) {
         char* end = nullptr;
         errno = 0;
         double s = strtod(v, &end);
@@ -149,7 +175,7 @@ void read_config() {
             g_config.interval_s = s;
     }
     g_config.sample_bytes = 0;
-    if (const char* v = getenv("HEAPSNAP_SAMPLE_BYTES"); v && *v) {
+    if (const char* v = env_value("HEAPSNAP_SAMPLE_BYTES"); v && *v) {
         char* end = nullptr;
         errno = 0;
         unsigned long long n = strtoull(v, &end, 10);
@@ -161,22 +187,22 @@ void read_config() {
     // auto is dwarf: frame pointers cannot be trusted without checking
     // every frame, and a wrong stack is worse than a slow one.
     g_config.unwind = hslog::UnwindMode::Dwarf;
-    if (const char* v = getenv("HEAPSNAP_UNWIND"); v && *v) {
+    if (const char* v = env_value("HEAPSNAP_UNWIND"); v && *v) {
         if (strcmp(v, "fp") == 0)
             g_config.unwind = hslog::UnwindMode::FramePointer;
         else if (strcmp(v, "dwarf") != 0 && strcmp(v, "auto") != 0)
             diagnostic("ignoring HEAPSNAP_UNWIND=", v, " (expected dwarf, fp or auto)");
     }
     g_config.follow = true;
-    if (const char* v = getenv("HEAPSNAP_FOLLOW"); v && *v) {
+    if (const char* v = env_value("HEAPSNAP_FOLLOW"); v && *v) {
         if (strcmp(v, "0") == 0)
             g_config.follow = false;
         else if (strcmp(v, "1") != 0)
             diagnostic("ignoring HEAPSNAP_FOLLOW=", v, " (expected 0 or 1)");
     }
-    const char* verbose = getenv("HEAPSNAP_VERBOSE");
+    const char* verbose = env_value("HEAPSNAP_VERBOSE");
     g_config.verbose = verbose && *verbose && strcmp(verbose, "0") != 0;
-    const char* verify = getenv("HEAPSNAP_VERIFY_STACKS");
+    const char* verify = env_value("HEAPSNAP_VERIFY_STACKS");
     g_config.verify_stacks = verify && *verify && strcmp(verify, "0") != 0;
 }
 
@@ -202,15 +228,15 @@ bool names_this_library(const char* entry, const OwnLibrary& own) {
 // HEAPSNAP_FOLLOW=0: what the program passes on to the programs it execs
 // no longer names the recorder: its LD_PRELOAD entry goes (the others
 // stay, in their order, ':'-separated) and so do the variables the
-// launcher set. In place and through unsetenv, which allocate nothing:
-// this runs from the process's first allocation. The program sees its
-// environment as it would without the recorder.
+// launcher set. In `environ` itself (env_slot), which allocates nothing:
+// this runs from the process's first allocation. The program and what it
+// runs see the environment they would see without the recorder.
 void leave_environment() {
     static const char* const kLauncherVariables[] = {"HEAPSNAP_OUTPUT", "HEAPSNAP_PATHS_FILE",   "HEAPSNAP_DEPTH",
                                                      "HEAPSNAP_UNWIND", "HEAPSNAP_SAMPLE_BYTES", "HEAPSNAP_INTERVAL",
                                                      "HEAPSNAP_FOLLOW"};
-    for (const char* name : kLauncherVariables) unsetenv(name);
-    char* preload = getenv("LD_PRELOAD");
+    for (const char* name : kLauncherVariables) remove_env(name);
+    char* preload = const_cast<char*>(env_value("LD_PRELOAD"));
     dl_find_object found;
     if (!preload || _dl_find_object(reinterpret_cast<void*>(&leave_environment), &found) != 0) return;
     OwnLibrary own{found.dlfo_link_map->l_name, nullptr, false, {}};
@@ -236,7 +262,7 @@ void leave_environment() {
         in += n;
     }
     *out = 0;
-    if (out == preload) unsetenv("LD_PRELOAD");
+    if (out == preload) remove_env("LD_PRELOAD");
 }
 
 void on_thread_exit(void*) {
@@ -310,6 +336,38 @@ bool start_child_log() {
 // the log as the _exit hook does.
 void on_quick_exit() { before_underscore_exit(); }
 
+// exit(3) in glibc runs the thread-local destructors, then the exit
+// handlers (atexit, on_exit, __cxa_atexit), the last registered first,
+// then stdio's cleanup (which frees nothing), then _exit. Among the
+// handlers is _dl_fini, registered by __libc_start_main once every shared
+// library's constructor has run: it runs the executable's and the
+// libraries' destructors (this one's included) in its own order, and
+// each library's __cxa_atexit handlers with them (__cxa_finalize). This
+// handler is registered as the recorder starts, so before _dl_fini and
+// before anything the program registers from then on, and with no DSO
+// handle, so that no __cxa_finalize runs it early: it runs after all of
+// them, and the exit marker counts every free the process makes on its
+// way out. After _dl_fini nothing the log needs is gone: the recorder has
+// no static destructors, libzstd and libunwind none that matter, and the
+// writer thread still runs.
+bool g_exit_handler = false;
+
+void finish_log();
+
+void on_exits_done(void*) {
+    if (g_state.load() == Active) finish_log();
+}
+
+extern "C" int __cxa_atexit(void (*fn)(void*), void* arg, void* dso);
+
+// A first allocation from calloc may be glibc's own, made while it holds
+// the lock of the exit-handler list to grow it: registering then would
+// wait for itself. The library constructor registers instead.
+void register_exit_handler() {
+    if (g_exit_handler || starting_in_calloc()) return;
+    g_exit_handler = __cxa_atexit(on_exits_done, nullptr, nullptr) == 0;
+}
+
 bool initialize() {
     read_config();
     if (!g_config.follow) leave_environment();
@@ -334,6 +392,7 @@ bool initialize() {
     current_thread_index();  // the thread that starts the process is thread 0
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
     at_quick_exit(on_quick_exit);
+    register_exit_handler();
     return writer_open();
 }
 
@@ -477,6 +536,11 @@ void finish_log() {
 
 }  // namespace
 
+void stop_recording() {
+    int active = Active;
+    g_state.compare_exchange_strong(active, Disabled);
+}
+
 void before_underscore_exit() {
     // Not in a vfork child, which shares this memory (and the parent's
     // log) until it execs or leaves; not from a signal handler that
@@ -496,11 +560,15 @@ HEAPSNAP_EXPORT int heapsnap_marker_v1(const char* label) {
 }
 
 __attribute__((constructor)) static void heapsnap_start() {
-    if (ensure_initialized()) writer_start_thread();
+    if (ensure_initialized()) {
+        register_exit_handler();
+        writer_start_thread();
+    }
 }
 
-// Runs from _dl_fini: after atexit handlers and the program's static
-// destructors, so the exit marker sees their frees.
+// Only if the exit handler could not be registered (on_exits_done): the
+// log then ends from _dl_fini, before the destructors of the libraries it
+// runs after this one's.
 __attribute__((destructor)) static void heapsnap_finish() {
-    if (g_state.load() == Active) finish_log();
+    if (!g_exit_handler && g_state.load() == Active) finish_log();
 }

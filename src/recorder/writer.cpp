@@ -29,6 +29,7 @@
 #include "recorder/markers.h"
 #include "recorder/metadata_queue.h"
 #include "recorder/modules.h"
+#include "recorder/own_fds.h"
 #include "recorder/raw_alloc.h"
 #include "recorder/stack_table.h"
 #include "recorder/thread_buffer.h"
@@ -98,7 +99,9 @@ struct Compressing {
     uint32_t max_marker = 0;  // the last marker the frame holds (0: none)
 };
 Compressing g_compressing;
-bool g_failed = false;
+// Recording has stopped for good (fail): written under the lock, read by
+// the writer thread's loop.
+std::atomic<bool> g_failed{false};
 bool g_ended = false;
 // Recent (token, index) pairs, for the control channel's replies.
 constexpr uint32_t kTokenMemory = 64;
@@ -134,18 +137,33 @@ void* g_writer_stack = nullptr;
 // is instead.
 SpinLock g_thread_lock;
 __thread bool t_holds_thread_lock;
-int g_wake_fd = -1;
+std::atomic<int> g_wake_fd{-1};
 
 void wake_now() {
-    if (g_wake_fd < 0) return;
+    OwnFdUse use;
+    int fd = g_wake_fd.load(std::memory_order_acquire);
+    if (fd < 0) return;
     uint64_t one = 1;
-    ssize_t ignored = write(g_wake_fd, &one, sizeof one);
+    ssize_t ignored = write(fd, &one, sizeof one);
     (void)ignored;
 }
 
+// Whether g_fd is still the log file: the program may have closed it
+// with the system call, past the hooks, and put a file of its own there.
+bool log_intact(int fd) {
+    struct stat st;
+    return fstat(fd, &st) == 0 && st.st_dev == g_log_dev && st.st_ino == g_log_ino;
+}
+
 bool write_all(const uint8_t* p, size_t n) {
+    OwnFdUse use;
+    int fd = g_fd.load(std::memory_order_acquire);
+    if (!log_intact(fd)) {
+        errno = EBADF;
+        return false;
+    }
     while (n) {
-        ssize_t w = write(g_fd, p, n);
+        ssize_t w = write(fd, p, n);
         if (w < 0) {
             if (errno == EINTR) continue;
             return false;
@@ -156,9 +174,13 @@ bool write_all(const uint8_t* p, size_t n) {
     return true;
 }
 
+// Recording stops for good: nothing more is written anywhere, the hooks
+// record nothing more (stop_recording), the writer thread leaves.
 void fail(const char* what) {
     if (g_failed) return;
     g_failed = true;
+    g_wake_fd.store(-1, std::memory_order_release);
+    stop_recording();
     alert("cannot write log ", g_path, what);
 }
 
@@ -187,7 +209,8 @@ void compress_more(size_t bytes) {
     if (ZSTD_isError(left)) {
         fail(": compression failed; recording stopped");
     } else if (done && !write_all(g_compressed, c.out)) {
-        fail(": write failed; recording stopped");
+        fail(errno == EBADF ? ": its descriptor was closed or replaced by the program; recording stopped"
+                            : ": write failed; recording stopped");
     }
     if (done) {
         if (c.max_marker && !g_failed) g_durable_marker.store(c.max_marker, std::memory_order_release);
@@ -589,19 +612,29 @@ size_t round_locked() {
     return emitted;
 }
 
-// Returns whether a control descriptor is ready.
+// Returns whether a control descriptor is ready. A descriptor the poll
+// finds closed (POLLNVAL: the program closed it with the system call,
+// past the hooks) ends recording; polling it again would return at once,
+// for ever.
 bool wait_for_work(uint64_t timeout_ns) {
+    OwnFdUse use;
     pollfd fds[16];
     nfds_t count = 0;
-    fds[count++] = pollfd{g_wake_fd, POLLIN, 0};
+    fds[count++] = pollfd{g_wake_fd.load(std::memory_order_acquire), POLLIN, 0};
     count += static_cast<nfds_t>(control_poll_fds(fds + 1, 15));
     g_sleeping.set.store(true, std::memory_order_seq_cst);
     timespec timeout{static_cast<time_t>(timeout_ns / 1'000'000'000), static_cast<long>(timeout_ns % 1'000'000'000)};
     int r = ppoll(fds, count, &timeout, nullptr);
     g_sleeping.set.store(false, std::memory_order_relaxed);
+    for (nfds_t i = 0; r > 0 && i < count; ++i)
+        if (fds[i].revents & POLLNVAL) {
+            LockGuard guard(g_writer_lock);
+            fail(": a descriptor of the recorder's was closed by the program; recording stopped");
+            return false;
+        }
     if (r > 0 && (fds[0].revents & POLLIN)) {
         uint64_t value;
-        ssize_t ignored = read(g_wake_fd, &value, sizeof value);
+        ssize_t ignored = read(fds[0].fd, &value, sizeof value);
         (void)ignored;
     }
     bool control_ready = false;
@@ -618,7 +651,7 @@ void* writer_main(void*) {
     // The last round emitted events: the writer naps for one stamp tick
     // only, and the tick is fresh meanwhile (thread_buffer.h, "One thread").
     bool busy = false;
-    while (!g_stop.load(std::memory_order_acquire)) {
+    while (!g_stop.load(std::memory_order_acquire) && !g_failed.load(std::memory_order_acquire)) {
         uint64_t timeout_ns = busy ? kStampTickNs : kIdleWaitMs * 1'000'000ull;
         if (interval_ns) {
             uint64_t now = now_ns();
@@ -816,7 +849,7 @@ bool writer_open() {
         ZSTD_CCtx_setParameter(g_zstd, ZSTD_c_compressionLevel, kZstdLevel);
         ZSTD_CCtx_setParameter(g_zstd, ZSTD_c_checksumFlag, 1);
     }
-    if (g_wake_fd < 0) g_wake_fd = move_fd_high(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (g_wake_fd.load() < 0) own_fd_adopt(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK), &g_wake_fd);
     if (!config().output_pattern[0]) {
         alert("log path too long: HEAPSNAP_OUTPUT is longer than 4095 bytes; recording disabled");
         return false;
@@ -825,7 +858,7 @@ bool writer_open() {
         alert("log path too long: ", config().output_pattern, "; recording disabled");
         return false;
     }
-    int fd = move_fd_high(create_log(g_path, sizeof g_path));
+    int fd = create_log(g_path, sizeof g_path);
     if (fd < 0) {
         char reason[128] = ": ";
         strncat(reason, strerror(errno), sizeof reason - 3);
@@ -840,7 +873,7 @@ bool writer_open() {
         g_log_ino = st.st_ino;
     }
     g_log_pid = getpid();
-    g_fd.store(fd, std::memory_order_release);
+    own_fd_adopt(fd, &g_fd);
     uint8_t header[hslog::kHeaderSize];
     codec::Writer h(header, sizeof header);
     h.raw(hslog::kMagic, sizeof hslog::kMagic);
@@ -1036,6 +1069,7 @@ bool writer_discard_if_empty() {
 }
 
 void writer_forget_after_fork() {
+    own_fds_forget_after_fork();
     g_writer_lock.reset();
     g_thread_lock.reset();
     t_holds_thread_lock = false;
@@ -1055,30 +1089,6 @@ void writer_forget_after_fork() {
 
 const char* writer_log_path() { return g_path; }
 
-bool is_recorder_fd(int fd) { return fd >= 0 && (fd == g_fd || fd == g_wake_fd || fd == control_fd()); }
-
-int recorder_fds(int out[kMaxRecorderFds]) {
-    int n = 0;
-    for (int fd : {g_fd.load(), g_wake_fd, control_fd()})
-        if (fd >= 0) out[n++] = fd;
-    std::sort(out, out + n);
-    return n;
-}
-
-void close_own(int fd) {
-    if (fd >= 0) syscall(SYS_close, fd);
-}
-
-// Programs sometimes assume the lowest free descriptor (fd 3 after a
-// fresh start) or dup2 onto small numbers; keep out of their way.
-int move_fd_high(int fd) {
-    if (fd < 0) return fd;
-    int high = fcntl(fd, F_DUPFD_CLOEXEC, 900);
-    if (high < 0) return fd;
-    close_own(fd);
-    return high;
-}
-
 int writer_log_fd() { return g_fd.load(std::memory_order_relaxed); }
 
 LogStatus writer_log_status() {
@@ -1091,6 +1101,7 @@ LogStatus writer_log_status() {
 // lock). The descriptor is checked to still be the log: one closed at exit
 // meanwhile might have been reused by the program.
 int64_t writer_give_log(uid_t uid) {
+    OwnFdUse use;
     int fd = g_fd.load(std::memory_order_acquire);
     if (fd < 0 || uid == static_cast<uid_t>(-1) || getpid() != g_log_pid) return -1;
     struct stat st;
@@ -1100,6 +1111,7 @@ int64_t writer_give_log(uid_t uid) {
 }
 
 void writer_take_log_back(int64_t owner) {
+    OwnFdUse use;
     int fd = g_fd.load(std::memory_order_acquire);
     if (owner < 0 || fd < 0 || getpid() != g_log_pid) return;
     struct stat st;

@@ -54,18 +54,6 @@ bool writer_discard_if_empty();
 // In a fork child: forget the parent's file and thread (not running here).
 void writer_forget_after_fork();
 
-// The recorder's own descriptors (log, wake-up eventfd, control socket):
-// a program that closes every descriptor must not close these.
-bool is_recorder_fd(int fd);
-inline constexpr int kMaxRecorderFds = 3;
-// Fills `out` with the open ones in ascending order; returns how many.
-int recorder_fds(int out[kMaxRecorderFds]);
-// Moves a new descriptor of the recorder above the range programs use.
-int move_fd_high(int fd);
-// Closes a descriptor of the recorder's with the system call: close() is
-// the hook, which keeps the recorder's descriptors open whoever asks.
-void close_own(int fd);
-
 // Absolute path of the log being written.
 const char* writer_log_path();
 // The log's descriptor (O_RDWR | O_APPEND), or -1: control.cpp passes it
