@@ -371,6 +371,12 @@ void HistoryReplay::on_munmap(const MunmapEvent& e) {
     applied();
 }
 
+void HistoryReplay::on_marker(const MarkerRecord& m) {
+    if (!wanted_ || at_marker_ || !wanted_(m)) return;
+    at_marker_ = snapshot(m, true);
+    request_stop();
+}
+
 void HistoryReplay::finish() {
     for (auto& [thread, t] : threads_state_) settle(t, true);
 }

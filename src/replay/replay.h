@@ -31,6 +31,7 @@
 #include <array>
 #include <bit>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -293,6 +294,12 @@ public:
     void on_free(const FreeEvent& e) override;
     void on_mmap(const MmapEvent& e) override;
     void on_munmap(const MunmapEvent& e) override;
+    void on_marker(const MarkerRecord& m) override;
+
+    // Also stops at the first marker `wanted` accepts, and takes the
+    // snapshot there: the moment and its history from one pass.
+    void stop_at_marker(std::function<bool(const MarkerRecord&)> wanted) { wanted_ = std::move(wanted); }
+    std::optional<Snapshot>& at_marker() { return at_marker_; }
 
     // Settles the temporaries still undecided; call once after the read.
     void finish();
@@ -329,6 +336,8 @@ private:
 
     uint64_t stop_after_;
     uint64_t applied_ = 0;
+    std::function<bool(const MarkerRecord&)> wanted_;
+    std::optional<Snapshot> at_marker_;
     uint64_t heap_allocations_ = 0;
     uint64_t temporary_ = 0;
     std::vector<StackActivity> activity_;
