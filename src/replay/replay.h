@@ -117,6 +117,7 @@ protected:
             if (blocks_[slot].live()) fn(slot, blocks_[slot]);
     }
     const StackTable& stack_table() const { return stacks_; }
+    StackTable& stacks_mutable() { return stacks_; }
 
 private:
     void remove_mapping_range(uint64_t start, uint64_t end);
@@ -311,9 +312,12 @@ public:
     SizeHistogram live_sizes() const;
     // The live heap at the peak: entries (heap only, no ages), the stacks
     // they use, modules and totals (live bytes and blocks at the peak).
-    Snapshot peak() const;
+    // `with_stacks` false: the entries' stacks are left to stacks().
+    Snapshot peak(bool with_stacks = true) const;
     // Every stack defined so far (also those with nothing live).
     const StackTable& stacks() const { return stack_table(); }
+    // The same, taken out of the replay, which is done with.
+    StackTable release_stacks() { return std::move(stacks_mutable()); }
 
 private:
     struct ThreadState {

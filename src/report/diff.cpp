@@ -148,8 +148,9 @@ std::vector<size_t> SiteIndex::identity_order(const FrameKeys& keys) const {
     return order;
 }
 
-StackSymbols::StackSymbols(const Snapshot& snapshot, Symbolizer& symbolizer, const std::vector<std::regex>& exclude)
-    : snapshot_(snapshot), symbolizer_(symbolizer), exclude_(exclude) {}
+StackSymbols::StackSymbols(const Snapshot& snapshot, Symbolizer& symbolizer, const std::vector<std::regex>& exclude,
+                           const StackTable* more)
+    : snapshot_(snapshot), symbolizer_(symbolizer), exclude_(exclude), more_(more) {}
 
 std::vector<SymbolFrame> StackSymbols::symbolized(const StackFrame& raw) const {
     std::vector<SymbolFrame> out;
@@ -181,10 +182,17 @@ std::vector<SymbolFrame> StackSymbols::symbolized(const StackFrame& raw) const {
 
 std::vector<uint32_t> StackSymbols::frame_ids(uint32_t stack) {
     std::vector<uint32_t> ids;
-    auto it = snapshot_.stacks.find(stack);
-    if (it == snapshot_.stacks.end()) return ids;
-    ids.reserve(it->second.size());
-    for (const StackFrame& raw : it->second) {
+    const std::vector<StackFrame>* raws = nullptr;
+    if (auto it = snapshot_.stacks.find(stack); it != snapshot_.stacks.end()) {
+        raws = &it->second;
+    } else if (more_ && more_->contains(stack)) {
+        more_->decode(stack, decoded_);
+        raws = &decoded_;
+    } else {
+        return ids;
+    }
+    ids.reserve(raws->size());
+    for (const StackFrame& raw : *raws) {
         bool fresh = false;
         uint64_t* known = nullptr;
         if (raw.module < 0xffff && raw.vaddr < (uint64_t{1} << 48)) {

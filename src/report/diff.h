@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "format/snapshot_file.h"
+#include "replay/stacks.h"
 #include "report/frame_list.h"
 #include "symbolize/symbolizer.h"
 #include "util/flat_map.h"
@@ -75,7 +76,9 @@ private:
 // its frames.
 class StackSymbols {
 public:
-    StackSymbols(const Snapshot& snapshot, Symbolizer& symbolizer, const std::vector<std::regex>& exclude);
+    // Stacks the snapshot lacks are read from `more`, if given.
+    StackSymbols(const Snapshot& snapshot, Symbolizer& symbolizer, const std::vector<std::regex>& exclude,
+                 const StackTable* more = nullptr);
 
     std::vector<uint32_t> frame_ids(uint32_t stack);
     const SymbolFrame& frame(uint32_t id) const { return *frames_[id]; }
@@ -91,6 +94,8 @@ private:
     const Snapshot& snapshot_;
     Symbolizer& symbolizer_;
     const std::vector<std::regex>& exclude_;
+    const StackTable* more_;
+    std::vector<StackFrame> decoded_;  // a stack of more_
     std::shared_ptr<FrameTable> table_ = std::make_shared<FrameTable>();
     std::vector<const SymbolFrame*> frames_;  // by id, into table_
     std::vector<uint32_t> key_of_;            // by id; UINT32_MAX: not interned yet

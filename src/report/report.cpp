@@ -37,8 +37,9 @@ uint64_t since_start(const Snapshot& s, uint64_t t) { return t >= s.process.star
 // then kind. A stack is keyed by the ids of its frames' keys (FrameKeys),
 // and a site's frames point into StackSymbols' table.
 std::vector<ReportSite> collect_sites(const Snapshot& snap, const ReportOptions& options, Symbolizer& symbolizer,
-                                      bool with_age, const std::vector<StackActivity>* activity) {
-    StackSymbols symbols(snap, symbolizer, options.exclude);
+                                      bool with_age, const std::vector<StackActivity>* activity,
+                                      const StackTable* more_stacks = nullptr) {
+    StackSymbols symbols(snap, symbolizer, options.exclude, more_stacks);
     FrameKeys keys;
     SiteIndex index;
     std::vector<ReportSite> sites;
@@ -230,14 +231,14 @@ ReportHistory history_of(HistoryReplay& replay) {
     h.temporary = replay.temporary();
     h.timeline = replay.timeline();
     h.activity = replay.activity();
-    h.peak = replay.peak();
+    h.peak = replay.peak(false);
     h.temporary_stacks.process = h.peak.process;
     h.temporary_stacks.modules = h.peak.modules;
     for (uint32_t id = 0; id < h.activity.size(); ++id) {
         if (!h.activity[id].temporary) continue;
-        h.temporary_stacks.stacks[id] = replay.stacks().copy(id);
         h.temporary_stacks.entries.push_back(SnapshotEntry{id, EntryKind::Heap, 0, 0, 0, 0});
     }
+    h.stacks = std::make_shared<const StackTable>(replay.release_stacks());
     return h;
 }
 
@@ -322,10 +323,11 @@ Report build_report(const Snapshot& moment, const ReportHistory* history, const 
         r.rate = rate_buckets(history->timeline, since_start(moment, moment.marker.time_ns), 20);
         r.peak_blocks = history->peak.totals.live_blocks;
         if (history->peak.totals.live_bytes) {
-            r.peak_sites = collect_sites(history->peak, options, symbolizer, false, nullptr);
+            r.peak_sites = collect_sites(history->peak, options, symbolizer, false, nullptr, history->stacks.get());
             sort_by_bytes(r.peak_sites);
         }
-        r.temporary_sites = collect_sites(history->temporary_stacks, options, symbolizer, false, &history->activity);
+        r.temporary_sites = collect_sites(history->temporary_stacks, options, symbolizer, false, &history->activity,
+                                          history->stacks.get());
         std::stable_sort(r.temporary_sites.begin(), r.temporary_sites.end(),
                          [](const ReportSite& a, const ReportSite& b) {
                              return std::tie(b.temporary, b.allocations) < std::tie(a.temporary, a.allocations);

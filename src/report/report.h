@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <regex>
 #include <string>
@@ -55,11 +56,14 @@ struct ReportHistory {
     uint64_t temporary = 0;
     AllocationTimeline timeline;
     std::vector<StackActivity> activity;  // by stack id of the log
-    Snapshot peak;                        // HistoryReplay::peak()
-    // The modules and the stacks that made temporary allocations (most
-    // have nothing live at the moment), to name them; an empty heap entry
-    // per stack.
+    Snapshot peak;                        // HistoryReplay::peak(), its stacks in `stacks`
+    // The modules, and an empty heap entry per stack that made temporary
+    // allocations (most have nothing live at the moment), to name them;
+    // their stacks in `stacks`.
     Snapshot temporary_stacks;
+    // Every stack the log defined up to the moment, kept as the replay
+    // keeps them rather than copied per snapshot.
+    std::shared_ptr<const StackTable> stacks;
 };
 
 // Replays `log` up to the moment `moment` was taken at (a snapshot of that
