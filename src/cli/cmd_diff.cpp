@@ -200,7 +200,7 @@ int run_diff(const DiffCliOptions& o) {
                        std::to_string(stacks.size()) + " call sites that grew, " + human_bytes_signed(grown);
         std::cout << render_flame_svg(stacks, svg);
     } else
-        std::cout << render_diff_text(a, b, result, color);
+        write_diff_text(std::cout, a, b, result, color);
     std::cout.flush();
     if (o.fail_above >= 0 && result.bytes_delta > o.fail_above) {
         std::cerr << "heapsnap: growth of " << result.bytes_delta << " bytes exceeds --fail-above " << o.fail_above << "\n";

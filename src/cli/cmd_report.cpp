@@ -67,8 +67,12 @@ int run_report(const ReportCliOptions& o) {
     bool picture = o.format == "folded" || o.format == "svg";
     std::optional<ReportHistory> history;
     if (!log.empty()) {
-        moment = snapshot_at(log, parse_moment(moment_text));
-        if (!picture) history = replay_history(log, moment);
+        Moment at = parse_moment(moment_text);
+        if (!picture) history = replay_history_to_marker(log, at, moment);
+        if (!history) {
+            moment = snapshot_at(log, at);
+            if (!picture) history = replay_history(log, moment);
+        }
     }
 
     ReportOptions options;

@@ -371,6 +371,12 @@ void HistoryReplay::on_munmap(const MunmapEvent& e) {
     applied();
 }
 
+void HistoryReplay::on_marker(const MarkerRecord& m) {
+    if (!wanted_ || at_marker_ || !wanted_(m)) return;
+    at_marker_ = snapshot(m, true);
+    request_stop();
+}
+
 void HistoryReplay::finish() {
     for (auto& [thread, t] : threads_state_) settle(t, true);
 }
@@ -381,7 +387,7 @@ SizeHistogram HistoryReplay::live_sizes() const {
     return h;
 }
 
-Snapshot HistoryReplay::peak() const {
+Snapshot HistoryReplay::peak(bool with_stacks) const {
     MarkerRecord m;
     m.time_ns = peak_time_ns_;
     m.label = "peak";
@@ -396,7 +402,7 @@ Snapshot HistoryReplay::peak() const {
         if (!at_peak_[id].blocks) continue;
         s.entries.push_back(SnapshotEntry{id, EntryKind::Heap, static_cast<uint64_t>(at_peak_[id].bytes),
                                           static_cast<uint64_t>(at_peak_[id].blocks), 0, 0});
-        s.stacks[id] = stack_table().copy(id);
+        if (with_stacks) s.stacks[id] = stack_table().copy(id);
     }
     return s;
 }

@@ -31,6 +31,7 @@
 #include <array>
 #include <bit>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -116,6 +117,7 @@ protected:
             if (blocks_[slot].live()) fn(slot, blocks_[slot]);
     }
     const StackTable& stack_table() const { return stacks_; }
+    StackTable& stacks_mutable() { return stacks_; }
 
 private:
     void remove_mapping_range(uint64_t start, uint64_t end);
@@ -293,6 +295,12 @@ public:
     void on_free(const FreeEvent& e) override;
     void on_mmap(const MmapEvent& e) override;
     void on_munmap(const MunmapEvent& e) override;
+    void on_marker(const MarkerRecord& m) override;
+
+    // Also stops at the first marker `wanted` accepts, and takes the
+    // snapshot there: the moment and its history from one pass.
+    void stop_at_marker(std::function<bool(const MarkerRecord&)> wanted) { wanted_ = std::move(wanted); }
+    std::optional<Snapshot>& at_marker() { return at_marker_; }
 
     // Settles the temporaries still undecided; call once after the read.
     void finish();
@@ -304,9 +312,12 @@ public:
     SizeHistogram live_sizes() const;
     // The live heap at the peak: entries (heap only, no ages), the stacks
     // they use, modules and totals (live bytes and blocks at the peak).
-    Snapshot peak() const;
+    // `with_stacks` false: the entries' stacks are left to stacks().
+    Snapshot peak(bool with_stacks = true) const;
     // Every stack defined so far (also those with nothing live).
     const StackTable& stacks() const { return stack_table(); }
+    // The same, taken out of the replay, which is done with.
+    StackTable release_stacks() { return std::move(stacks_mutable()); }
 
 private:
     struct ThreadState {
@@ -329,6 +340,8 @@ private:
 
     uint64_t stop_after_;
     uint64_t applied_ = 0;
+    std::function<bool(const MarkerRecord&)> wanted_;
+    std::optional<Snapshot> at_marker_;
     uint64_t heap_allocations_ = 0;
     uint64_t temporary_ = 0;
     std::vector<StackActivity> activity_;

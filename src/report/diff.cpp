@@ -22,21 +22,9 @@ std::string frame_key(const SymbolFrame& f) {
     return fmt::format("A\x1f{}\x1f{:x}", f.module, f.offset);
 }
 
-// The frame a function/line/module grouping is about.
-const SymbolFrame* site_frame(const std::vector<SymbolFrame>& frames) {
-    for (const SymbolFrame& f : frames)
-        if (!is_allocation_frame(f)) return &f;
-    return frames.empty() ? nullptr : &frames.back();
-}
-
-std::string group_key(const std::vector<SymbolFrame>& frames, GroupBy by, std::vector<SymbolFrame>* shown) {
-    if (by == GroupBy::Stack) {
-        std::string key;
-        for (const SymbolFrame& f : frames) key += frame_key(f) + "\x1e";
-        *shown = frames;
-        return key;
-    }
-    const SymbolFrame* site = site_frame(frames);
+// The grouping key of a site frame (function, line or module grouping):
+// what the frame shows in that grouping, and the text it is keyed by.
+std::string group_key(const SymbolFrame* site, GroupBy by, std::vector<SymbolFrame>* shown) {
     if (!site) {
         shown->clear();
         return "";
@@ -73,7 +61,7 @@ struct Side {
 
 struct Group {
     EntryKind kind;
-    std::vector<SymbolFrame> frames;
+    FrameList frames;
     Side old_side;
     Side new_side;
 };
@@ -110,8 +98,59 @@ std::string frame_label(const SymbolFrame& f) {
     return fmt::format("{}+0x{:x}", basename_of(f.module), f.offset);
 }
 
-StackSymbols::StackSymbols(const Snapshot& snapshot, Symbolizer& symbolizer, const std::vector<std::regex>& exclude)
-    : snapshot_(snapshot), symbolizer_(symbolizer), exclude_(exclude) {}
+uint32_t FrameKeys::intern(const SymbolFrame& frame) {
+    // With the separator the keys of a stack were once joined by: ranks
+    // order key sequences as those joined texts compared.
+    auto [it, fresh] = ids_.try_emplace(frame_key(frame) + "\x1e", static_cast<uint32_t>(texts_.size()));
+    if (fresh) texts_.push_back(&it->first);
+    return it->second;
+}
+
+std::vector<uint32_t> FrameKeys::identity_ranks() const {
+    std::vector<uint32_t> by_text(texts_.size());
+    for (uint32_t id = 0; id < by_text.size(); ++id) by_text[id] = id;
+    std::sort(by_text.begin(), by_text.end(), [&](uint32_t a, uint32_t b) { return *texts_[a] < *texts_[b]; });
+    std::vector<uint32_t> rank(texts_.size());
+    for (uint32_t r = 0; r < by_text.size(); ++r) rank[by_text[r]] = r;
+    return rank;
+}
+
+size_t SiteIndex::Hash::operator()(const std::vector<uint32_t>& v) const {
+    uint64_t h = v.size();
+    for (uint32_t x : v) h = (h ^ x) * 0x9e3779b97f4a7c15ull;
+    return static_cast<size_t>(h ^ h >> 29);
+}
+
+size_t SiteIndex::find_or_add(const std::vector<uint32_t>& keys, EntryKind kind, bool* fresh) {
+    std::vector<uint32_t> full;
+    full.reserve(keys.size() + 1);
+    full.assign(keys.begin(), keys.end());
+    full.push_back(static_cast<uint32_t>(kind));
+    auto [it, added] = index_.try_emplace(std::move(full), sites_.size());
+    if (added) sites_.push_back(&it->first);
+    *fresh = added;
+    return it->second;
+}
+
+std::vector<size_t> SiteIndex::identity_order(const FrameKeys& keys) const {
+    std::vector<uint32_t> rank = keys.identity_ranks();
+    std::vector<size_t> order(sites_.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+        const std::vector<uint32_t>& a = *sites_[x];
+        const std::vector<uint32_t>& b = *sites_[y];
+        size_t na = a.size() - 1, nb = b.size() - 1;  // the kind is last
+        for (size_t i = 0; i < na && i < nb; ++i)
+            if (a[i] != b[i]) return rank[a[i]] < rank[b[i]];
+        if (na != nb) return na < nb;
+        return a[na] < b[nb];
+    });
+    return order;
+}
+
+StackSymbols::StackSymbols(const Snapshot& snapshot, Symbolizer& symbolizer, const std::vector<std::regex>& exclude,
+                           const StackTable* more)
+    : snapshot_(snapshot), symbolizer_(symbolizer), exclude_(exclude), more_(more) {}
 
 std::vector<SymbolFrame> StackSymbols::symbolized(const StackFrame& raw) const {
     std::vector<SymbolFrame> out;
@@ -141,29 +180,51 @@ std::vector<SymbolFrame> StackSymbols::symbolized(const StackFrame& raw) const {
     return out;
 }
 
-std::vector<SymbolFrame> StackSymbols::frames(uint32_t stack) const {
-    std::vector<SymbolFrame> out;
-    auto it = snapshot_.stacks.find(stack);
-    if (it == snapshot_.stacks.end()) return out;
-    for (const StackFrame& raw : it->second)
-        for (SymbolFrame& f : symbolized(raw)) out.push_back(std::move(f));
-    return out;
-}
-
 std::vector<uint32_t> StackSymbols::frame_ids(uint32_t stack) {
     std::vector<uint32_t> ids;
-    auto it = snapshot_.stacks.find(stack);
-    if (it == snapshot_.stacks.end()) return ids;
-    for (const StackFrame& raw : it->second) {
-        auto [known, fresh] = ids_of_raw_.try_emplace({raw.module, raw.vaddr});
+    const std::vector<StackFrame>* raws = nullptr;
+    if (auto it = snapshot_.stacks.find(stack); it != snapshot_.stacks.end()) {
+        raws = &it->second;
+    } else if (more_ && more_->contains(stack)) {
+        more_->decode(stack, decoded_);
+        raws = &decoded_;
+    } else {
+        return ids;
+    }
+    ids.reserve(raws->size());
+    for (const StackFrame& raw : *raws) {
+        bool fresh = false;
+        uint64_t* known = nullptr;
+        if (raw.module < 0xffff && raw.vaddr < (uint64_t{1} << 48)) {
+            known = ids_of_packed_.slot(uint64_t{raw.module + 1} << 48 | raw.vaddr, &fresh);
+        } else {
+            auto [at, added] = ids_of_raw_.try_emplace({raw.module, raw.vaddr});
+            known = &at->second;
+            fresh = added;
+        }
         if (fresh) {
             std::vector<SymbolFrame> frames = symbolized(raw);
-            known->second = {static_cast<uint32_t>(frames_.size()), static_cast<uint32_t>(frames.size())};
-            for (SymbolFrame& f : frames) frames_.push_back(std::move(f));
+            *known = uint64_t{static_cast<uint32_t>(frames_.size())} << 32 | frames.size();
+            for (SymbolFrame& f : frames) frames_.push_back(&table_->emplace_back(std::move(f)));
         }
-        for (uint32_t i = 0; i < known->second.second; ++i) ids.push_back(known->second.first + i);
+        auto first = static_cast<uint32_t>(*known >> 32);
+        auto count = static_cast<uint32_t>(*known);
+        for (uint32_t i = 0; i < count; ++i) ids.push_back(first + i);
     }
     return ids;
+}
+
+FrameList StackSymbols::list(const std::vector<uint32_t>& ids) const {
+    std::vector<const SymbolFrame*> frames;
+    frames.reserve(ids.size());
+    for (uint32_t id : ids) frames.push_back(frames_[id]);
+    return FrameList(table_, std::move(frames));
+}
+
+uint32_t StackSymbols::key(uint32_t id, FrameKeys& keys) {
+    if (id >= key_of_.size()) key_of_.resize(std::max<size_t>(id + 1, frames_.size()), UINT32_MAX);
+    if (key_of_[id] == UINT32_MAX) key_of_[id] = keys.intern(*frames_[id]);
+    return key_of_[id];
 }
 
 DiffResult diff(const Snapshot& old_snap, const Snapshot& new_snap, const DiffOptions& options, Symbolizer& symbolizer) {
@@ -172,18 +233,39 @@ DiffResult diff(const Snapshot& old_snap, const Snapshot& new_snap, const DiffOp
         result.warnings.push_back(fmt::format("the snapshots are of different programs ({} and {})", old_snap.process.exe,
                                               new_snap.process.exe));
 
-    std::map<std::pair<std::string, EntryKind>, Group> groups;
+    // Whole stacks by their frames' identities; the other groupings by the
+    // text of their one frame's.
+    std::vector<Group> groups;
+    FrameKeys keys;
+    SiteIndex stacks;
+    std::map<std::pair<std::string, EntryKind>, size_t> by_text;
     auto add = [&](const Snapshot& snap, bool is_new) {
         StackSymbols symbols(snap, symbolizer, options.exclude);
-        std::map<uint32_t, std::vector<SymbolFrame>> cache;
+        std::vector<uint32_t> key_ids;
         for (const SnapshotEntry& e : snap.entries) {
-            auto [it, fresh] = cache.try_emplace(e.stack);
-            if (fresh) it->second = symbols.frames(e.stack);
-            std::vector<SymbolFrame> shown;
-            std::string key = group_key(it->second, options.group_by, &shown);
-            auto [g, inserted] = groups.try_emplace({key, e.kind}, Group{e.kind, {}, {}, {}});
-            if (inserted) g->second.frames = std::move(shown);
-            Side& side = is_new ? g->second.new_side : g->second.old_side;
+            std::vector<uint32_t> ids = symbols.frame_ids(e.stack);
+            size_t at = 0;
+            bool fresh = false;
+            if (options.group_by == GroupBy::Stack) {
+                key_ids.clear();
+                for (uint32_t id : ids) key_ids.push_back(symbols.key(id, keys));
+                at = stacks.find_or_add(key_ids, e.kind, &fresh);
+                if (fresh) groups.push_back(Group{e.kind, symbols.list(ids), {}, {}});
+            } else {
+                const SymbolFrame* site = nullptr;
+                for (uint32_t id : ids)
+                    if (!is_allocation_frame(symbols.frame(id))) {
+                        site = &symbols.frame(id);
+                        break;
+                    }
+                if (!site && !ids.empty()) site = &symbols.frame(ids.back());
+                std::vector<SymbolFrame> shown;
+                std::string key = group_key(site, options.group_by, &shown);
+                auto [it, inserted] = by_text.try_emplace({key, e.kind}, groups.size());
+                if (inserted) groups.push_back(Group{e.kind, FrameList(std::move(shown)), {}, {}});
+                at = it->second;
+            }
+            Side& side = is_new ? groups[at].new_side : groups[at].old_side;
             side.bytes += e.bytes;
             side.blocks += e.blocks;
         }
@@ -191,7 +273,14 @@ DiffResult diff(const Snapshot& old_snap, const Snapshot& new_snap, const DiffOp
     add(old_snap, false);
     add(new_snap, true);
 
-    for (auto& [key, g] : groups) {
+    std::vector<size_t> order;
+    if (options.group_by == GroupBy::Stack) {
+        order = stacks.identity_order(keys);
+    } else {
+        for (const auto& [key, at] : by_text) order.push_back(at);
+    }
+    for (size_t at : order) {
+        Group& g = groups[at];
         DiffEntry e;
         e.kind = g.kind;
         e.old_bytes = g.old_side.bytes;

@@ -15,12 +15,17 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <regex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "format/snapshot_file.h"
+#include "replay/stacks.h"
+#include "report/frame_list.h"
 #include "symbolize/symbolizer.h"
+#include "util/flat_map.h"
 
 namespace heapsnap {
 
@@ -41,7 +46,7 @@ struct DiffEntry {
     uint64_t old_blocks = 0;
     uint64_t new_blocks = 0;
     EntryKind kind = EntryKind::Heap;
-    std::vector<SymbolFrame> frames;  // innermost first
+    FrameList frames;  // innermost first
 };
 
 struct DiffResult {
@@ -51,19 +56,36 @@ struct DiffResult {
     std::vector<std::string> warnings;
 };
 
-// The symbolized frames of a snapshot stack (inline frames expanded,
-// excluded frames dropped).
+// Frame identities, as diff matches frames, each interned once: ids
+// compare equal exactly when the frames' identities do, and identity_ranks
+// orders ids as their texts.
+class FrameKeys {
+public:
+    uint32_t intern(const SymbolFrame& frame);
+    // By id: its rank among the identities' texts.
+    std::vector<uint32_t> identity_ranks() const;
+
+private:
+    std::unordered_map<std::string, uint32_t> ids_;
+    std::vector<const std::string*> texts_;  // by id, into ids_
+};
+
+// The symbolized frames of a snapshot's stacks (inline frames expanded,
+// excluded frames dropped), as ids into one table: each (module, return
+// address) is symbolized and filtered once, and a stack costs no copy of
+// its frames.
 class StackSymbols {
 public:
-    StackSymbols(const Snapshot& snapshot, Symbolizer& symbolizer, const std::vector<std::regex>& exclude);
-    std::vector<SymbolFrame> frames(uint32_t stack) const;
+    // Stacks the snapshot lacks are read from `more`, if given.
+    StackSymbols(const Snapshot& snapshot, Symbolizer& symbolizer, const std::vector<std::regex>& exclude,
+                 const StackTable* more = nullptr);
 
-    // The same frames as ids into frame(): each (module, return address)
-    // is symbolized and filtered once, and a stack costs no copy of its
-    // frames. A compiler's log has some 87 000 stacks of about 45 frames
-    // over a few tens of thousands of return addresses.
     std::vector<uint32_t> frame_ids(uint32_t stack);
-    const SymbolFrame& frame(uint32_t id) const { return frames_[id]; }
+    const SymbolFrame& frame(uint32_t id) const { return *frames_[id]; }
+    // The frames as a FrameList that shares the table.
+    FrameList list(const std::vector<uint32_t>& ids) const;
+    // The identity of frame `id` in `keys`.
+    uint32_t key(uint32_t id, FrameKeys& keys);
 
 private:
     // The frames one recorded frame stands for, excluded ones dropped.
@@ -72,9 +94,37 @@ private:
     const Snapshot& snapshot_;
     Symbolizer& symbolizer_;
     const std::vector<std::regex>& exclude_;
-    std::vector<SymbolFrame> frames_;  // by id
-    // (module, vaddr) -> the ids of its frames: [first, first + count)
-    std::map<std::pair<uint32_t, uint64_t>, std::pair<uint32_t, uint32_t>> ids_of_raw_;
+    const StackTable* more_;
+    std::vector<StackFrame> decoded_;  // a stack of more_
+    std::shared_ptr<FrameTable> table_ = std::make_shared<FrameTable>();
+    std::vector<const SymbolFrame*> frames_;  // by id, into table_
+    std::vector<uint32_t> key_of_;            // by id; UINT32_MAX: not interned yet
+    // (module, vaddr) -> the ids of its frames, [first, first + count), as
+    // first << 32 | count. Keyed by (module + 1) << 48 | vaddr where that
+    // fits (every frame of a real process), in a flat table: a compiler's
+    // report looks up some nine million frames.
+    FlatMap<uint64_t> ids_of_packed_;
+    std::map<std::pair<uint32_t, uint64_t>, uint64_t> ids_of_raw_;  // the others
+};
+
+// Call sites keyed by their frames' identities (FrameKeys ids) and kind,
+// numbered 0, 1, 2... in order of first appearance.
+class SiteIndex {
+public:
+    // The number of the site; `fresh` says whether it is new.
+    size_t find_or_add(const std::vector<uint32_t>& keys, EntryKind kind, bool* fresh);
+    size_t size() const { return sites_.size(); }
+    // Site numbers in identity order: frame by frame by the identities'
+    // texts (a prefix first), then by kind.
+    std::vector<size_t> identity_order(const FrameKeys& keys) const;
+
+private:
+    struct Hash {
+        size_t operator()(const std::vector<uint32_t>& v) const;
+    };
+    // keys, then the kind: one vector per site
+    std::unordered_map<std::vector<uint32_t>, size_t, Hash> index_;
+    std::vector<const std::vector<uint32_t>*> sites_;  // by number, into index_
 };
 
 DiffResult diff(const Snapshot& old_snap, const Snapshot& new_snap, const DiffOptions& options, Symbolizer& symbolizer);

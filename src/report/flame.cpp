@@ -120,7 +120,7 @@ std::string xml_escape(const std::string& text) {
     return out;
 }
 
-FlameStack flame_stack(const std::vector<SymbolFrame>& innermost_first, EntryKind kind, uint64_t value) {
+FlameStack flame_stack(const FrameList& innermost_first, EntryKind kind, uint64_t value) {
     FlameStack s;
     s.value = value;
     for (auto it = innermost_first.rbegin(); it != innermost_first.rend(); ++it)

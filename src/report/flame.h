@@ -45,7 +45,7 @@ struct FlameStack {
 // A stack from symbolized frames, innermost first as diff and report hold
 // them. An mmap entry gets an innermost frame "[mmap]"; a stack with no
 // frames is "[unknown]".
-FlameStack flame_stack(const std::vector<SymbolFrame>& innermost_first, EntryKind kind, uint64_t value);
+FlameStack flame_stack(const FrameList& innermost_first, EntryKind kind, uint64_t value);
 
 // The growth of a diff: one stack per entry that grew (bytes_delta > 0).
 std::vector<FlameStack> flame_stacks_of_growth(const DiffResult& diff);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <sstream>
+
 #include "util/human.h"
 
 namespace heapsnap {
@@ -63,6 +65,13 @@ addrspace::AddressSpaceSummary summarize_snapshot(const Snapshot& s) {
 }
 
 std::string render_diff_text(const Snapshot& old_snap, const Snapshot& new_snap, const DiffResult& diff, bool color) {
+    std::ostringstream out;
+    write_diff_text(out, old_snap, new_snap, diff, color);
+    return std::move(out).str();
+}
+
+void write_diff_text(std::ostream& os, const Snapshot& old_snap, const Snapshot& new_snap, const DiffResult& diff,
+                     bool color) {
     Palette p{color};
     std::string out;
     out += p.bold("heapsnap diff") + "\n";
@@ -96,6 +105,10 @@ std::string render_diff_text(const Snapshot& old_snap, const Snapshot& new_snap,
                                p.dim(basename_of(f.module)));
         }
         out += "\n";
+        // Entry by entry: every site of a large program's diff is hundreds
+        // of MiB of text.
+        os << out;
+        out.clear();
     }
     if (old_snap.has_marker_data && new_snap.has_marker_data) {
         out += p.bold("Address space") + "\n";
@@ -103,7 +116,7 @@ std::string render_diff_text(const Snapshot& old_snap, const Snapshot& new_snap,
     } else {
         out += "Address space: not available (a moment without a marker has no address-space data)\n";
     }
-    return out;
+    os << out;
 }
 
 nlohmann::json frame_json(const SymbolFrame& f) {

@@ -4,6 +4,7 @@
 // without NO_COLOR).
 #pragma once
 
+#include <ostream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -18,6 +19,9 @@ namespace heapsnap {
 addrspace::AddressSpaceSummary summarize_snapshot(const Snapshot& snapshot);
 
 std::string render_diff_text(const Snapshot& old_snap, const Snapshot& new_snap, const DiffResult& diff, bool color);
+// The same, written to `os` as it is rendered.
+void write_diff_text(std::ostream& os, const Snapshot& old_snap, const Snapshot& new_snap, const DiffResult& diff,
+                     bool color);
 nlohmann::json diff_to_json(const Snapshot& old_snap, const Snapshot& new_snap, const DiffResult& diff);
 std::string render_diff_csv(const DiffResult& diff);
 

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "format/log_decoder.h"
+#include "replay/marker_select.h"
 #include "report/render.h"
 #include "util/error.h"
 #include "util/human.h"
@@ -33,45 +34,30 @@ uint64_t since_start(const Snapshot& s, uint64_t t) { return t >= s.process.star
 
 // Sites of a snapshot's entries, merged by symbolized stack (equal
 // frame_keys frame by frame), in identity order: by those keys in turn,
-// then kind. A stack is keyed by the ids of its frames' keys, each key's
-// text kept once, and a site's frames are copied once: keying every stack
-// by the concatenation of its keys (about 4 KiB on a compiler's 45-frame
-// stacks) and keeping every stack's frames took a compile's report 1.4 GB
-// and most of its time.
+// then kind. A stack is keyed by the ids of its frames' keys (FrameKeys),
+// and a site's frames point into StackSymbols' table.
 std::vector<ReportSite> collect_sites(const Snapshot& snap, const ReportOptions& options, Symbolizer& symbolizer,
-                                      bool with_age, const std::vector<StackActivity>* activity) {
-    StackSymbols symbols(snap, symbolizer, options.exclude);
-    // frame_key texts, each with a separator after it, by id.
-    std::vector<std::string> key_texts;
-    std::unordered_map<std::string, uint32_t> key_ids;
-    std::vector<uint32_t> key_of_frame;  // by frame id; kNoKey: not taken yet
-    constexpr uint32_t kNoKey = UINT32_MAX;
-    auto key_of = [&](uint32_t frame) {
-        if (frame >= key_of_frame.size()) key_of_frame.resize(frame + 1, kNoKey);
-        if (key_of_frame[frame] == kNoKey) {
-            std::string text = frame_key(symbols.frame(frame)) + "\x1e";
-            auto [it, fresh] = key_ids.try_emplace(text, static_cast<uint32_t>(key_texts.size()));
-            if (fresh) key_texts.push_back(std::move(text));
-            key_of_frame[frame] = it->second;
-        }
-        return key_of_frame[frame];
-    };
+                                      bool with_age, const std::vector<StackActivity>* activity,
+                                      const StackTable* more_stacks = nullptr) {
+    StackSymbols symbols(snap, symbolizer, options.exclude, more_stacks);
+    FrameKeys keys;
+    SiteIndex index;
     std::vector<ReportSite> sites;
-    // (its frames' key ids, kind) -> the site's index in sites
-    std::map<std::pair<std::vector<uint32_t>, EntryKind>, size_t> index;
+    std::vector<uint32_t> key_ids;
     for (const SnapshotEntry& e : snap.entries) {
         std::vector<uint32_t> frames = symbols.frame_ids(e.stack);
-        std::vector<uint32_t> keys(frames.size());
-        std::transform(frames.begin(), frames.end(), keys.begin(), key_of);
-        auto [at, fresh] = index.try_emplace({std::move(keys), e.kind}, sites.size());
+        key_ids.clear();
+        for (uint32_t id : frames) key_ids.push_back(symbols.key(id, keys));
+        bool fresh = false;
+        size_t at = index.find_or_add(key_ids, e.kind, &fresh);
         if (fresh) {
             ReportSite& site = sites.emplace_back();
             site.kind = e.kind;
-            for (uint32_t frame : frames) site.frames.push_back(symbols.frame(frame));
+            site.frames = symbols.list(frames);
             site.oldest_ns = e.oldest_ns;
             site.newest_ns = e.newest_ns;
         }
-        ReportSite& site = sites[at->second];
+        ReportSite& site = sites[at];
         site.bytes += e.bytes;
         site.blocks += e.blocks;
         site.has_age = with_age;
@@ -85,24 +71,9 @@ std::vector<ReportSite> collect_sites(const Snapshot& snap, const ReportOptions&
             }
         }
     }
-    // As the concatenated keys compared (the order before): each text ends
-    // with the separator, which no key holds.
-    std::vector<decltype(index)::const_iterator> order;
-    order.reserve(index.size());
-    for (auto it = index.begin(); it != index.end(); ++it) order.push_back(it);
-    auto text_less = [&](uint32_t x, uint32_t y) { return key_texts[x] < key_texts[y]; };
-    std::sort(order.begin(), order.end(), [&](auto a, auto b) {
-        const auto& [a_keys, a_kind] = a->first;
-        const auto& [b_keys, b_kind] = b->first;
-        if (std::lexicographical_compare(a_keys.begin(), a_keys.end(), b_keys.begin(), b_keys.end(), text_less))
-            return true;
-        if (std::lexicographical_compare(b_keys.begin(), b_keys.end(), a_keys.begin(), a_keys.end(), text_less))
-            return false;
-        return a_kind < b_kind;
-    });
     std::vector<ReportSite> out;
     out.reserve(sites.size());
-    for (auto it : order) out.push_back(std::move(sites[it->second]));
+    for (size_t at : index.identity_order(keys)) out.push_back(std::move(sites[at]));
     return out;
 }
 
@@ -174,7 +145,7 @@ std::string location(const SymbolFrame& f) {
 }
 
 // "leak_malloc  growth.c:66  (growth)": the allocating frame of a site.
-std::string site_line(const std::vector<SymbolFrame>& frames, const Palette& p) {
+std::string site_line(const FrameList& frames, const Palette& p) {
     const SymbolFrame* f = allocating_frame(frames);
     if (!f) return "[unknown]";
     std::string s = frame_label(*f);
@@ -208,7 +179,7 @@ std::string kind_name(EntryKind k) { return k == EntryKind::Heap ? "heap" : "mma
 
 // ---- json -------------------------------------------------------------------
 
-nlohmann::json frames_json(const std::vector<SymbolFrame>& frames) {
+nlohmann::json frames_json(const FrameList& frames) {
     nlohmann::json out = nlohmann::json::array();
     for (const SymbolFrame& f : frames) out.push_back(frame_json(f));
     return out;
@@ -245,11 +216,33 @@ std::string csv_quote(const std::string& s) {
 
 }  // namespace
 
-const SymbolFrame* allocating_frame(const std::vector<SymbolFrame>& frames) {
+const SymbolFrame* allocating_frame(const FrameList& frames) {
     for (const SymbolFrame& f : frames)
         if (!is_allocation_frame(f)) return &f;
     return frames.empty() ? nullptr : &frames.back();
 }
+
+namespace {
+
+ReportHistory history_of(HistoryReplay& replay) {
+    ReportHistory h;
+    h.sizes = replay.live_sizes();
+    h.heap_allocations = replay.heap_allocations();
+    h.temporary = replay.temporary();
+    h.timeline = replay.timeline();
+    h.activity = replay.activity();
+    h.peak = replay.peak(false);
+    h.temporary_stacks.process = h.peak.process;
+    h.temporary_stacks.modules = h.peak.modules;
+    for (uint32_t id = 0; id < h.activity.size(); ++id) {
+        if (!h.activity[id].temporary) continue;
+        h.temporary_stacks.entries.push_back(SnapshotEntry{id, EntryKind::Heap, 0, 0, 0, 0});
+    }
+    h.stacks = std::make_shared<const StackTable>(replay.release_stacks());
+    return h;
+}
+
+}  // namespace
 
 ReportHistory replay_history(const std::string& log, const Snapshot& moment) {
     HistoryReplay replay(moment.totals.events);
@@ -258,20 +251,26 @@ ReportHistory replay_history(const std::string& log, const Snapshot& moment) {
     if (replay.totals().events != moment.totals.events)
         throw Error(fmt::format("{}: the log ends after {} events, before the moment (event {})", log,
                                 replay.totals().events, moment.totals.events));
-    ReportHistory h;
-    h.sizes = replay.live_sizes();
-    h.heap_allocations = replay.heap_allocations();
-    h.temporary = replay.temporary();
-    h.timeline = replay.timeline();
-    h.activity = replay.activity();
-    h.peak = replay.peak();
-    h.temporary_stacks.process = h.peak.process;
-    h.temporary_stacks.modules = h.peak.modules;
-    for (uint32_t id = 0; id < h.activity.size(); ++id) {
-        if (!h.activity[id].temporary) continue;
-        h.temporary_stacks.stacks[id] = replay.stacks().copy(id);
+    return history_of(replay);
+}
+
+std::optional<ReportHistory> replay_history_to_marker(const std::string& log, const Moment& moment,
+                                                      Snapshot& snapshot) {
+    std::function<bool(const MarkerRecord&)> wanted;
+    switch (moment.kind) {
+        case Moment::Kind::Exit: wanted = [](const MarkerRecord& m) { return m.cause == hslog::MarkerCause::Exit; }; break;
+        case Moment::Kind::Index: wanted = [&](const MarkerRecord& m) { return m.index == moment.index; }; break;
+        case Moment::Kind::Label: wanted = [&](const MarkerRecord& m) { return m.label == moment.text; }; break;
+        default: return std::nullopt;
     }
-    return h;
+    HistoryReplay replay(UINT64_MAX);
+    replay.stop_at_marker(std::move(wanted));
+    read_log_as(log, replay);
+    if (!replay.at_marker()) return std::nullopt;
+    replay.finish();
+    snapshot = std::move(*replay.at_marker());
+    snapshot.source = log;
+    return history_of(replay);
 }
 
 std::vector<RateBucket> rate_buckets(const AllocationTimeline& t, uint64_t end_offset_ns, size_t buckets) {
@@ -324,13 +323,11 @@ Report build_report(const Snapshot& moment, const ReportHistory* history, const 
         r.rate = rate_buckets(history->timeline, since_start(moment, moment.marker.time_ns), 20);
         r.peak_blocks = history->peak.totals.live_blocks;
         if (history->peak.totals.live_bytes) {
-            r.peak_sites = collect_sites(history->peak, options, symbolizer, false, nullptr);
+            r.peak_sites = collect_sites(history->peak, options, symbolizer, false, nullptr, history->stacks.get());
             sort_by_bytes(r.peak_sites);
         }
-        Snapshot temps = history->temporary_stacks;
-        for (const auto& [id, frames] : temps.stacks)
-            temps.entries.push_back(SnapshotEntry{id, EntryKind::Heap, 0, 0, 0, 0});
-        r.temporary_sites = collect_sites(temps, options, symbolizer, false, &history->activity);
+        r.temporary_sites = collect_sites(history->temporary_stacks, options, symbolizer, false, &history->activity,
+                                          history->stacks.get());
         std::stable_sort(r.temporary_sites.begin(), r.temporary_sites.end(),
                          [](const ReportSite& a, const ReportSite& b) {
                              return std::tie(b.temporary, b.allocations) < std::tie(a.temporary, a.allocations);
@@ -616,7 +613,7 @@ nlohmann::json report_to_json(const Snapshot& s, const Report& r, size_t top) {
 
 std::string render_report_csv(const Report& r, ReportTable table, size_t top) {
     std::string out;
-    auto stack_text = [](const std::vector<SymbolFrame>& frames) {
+    auto stack_text = [](const FrameList& frames) {
         std::string s;
         for (const SymbolFrame& f : frames) s += (s.empty() ? "" : ";") + frame_label(f);
         return s;

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <regex>
 #include <string>
@@ -35,6 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/snapshot_file.h"
+#include "replay/marker_select.h"
 #include "replay/replay.h"
 #include "report/diff.h"
 #include "report/flame.h"
@@ -54,16 +56,27 @@ struct ReportHistory {
     uint64_t temporary = 0;
     AllocationTimeline timeline;
     std::vector<StackActivity> activity;  // by stack id of the log
-    Snapshot peak;                        // HistoryReplay::peak()
-    // The modules and the stacks that made temporary allocations (most
-    // have nothing live at the moment), to name them; no entries.
+    Snapshot peak;                        // HistoryReplay::peak(), its stacks in `stacks`
+    // The modules, and an empty heap entry per stack that made temporary
+    // allocations (most have nothing live at the moment), to name them;
+    // their stacks in `stacks`.
     Snapshot temporary_stacks;
+    // Every stack the log defined up to the moment, kept as the replay
+    // keeps them rather than copied per snapshot.
+    std::shared_ptr<const StackTable> stacks;
 };
 
 // Replays `log` up to the moment `moment` was taken at (a snapshot of that
 // log: its totals.events events). Throws heapsnap::Error if the log ends
 // before.
 ReportHistory replay_history(const std::string& log, const Snapshot& moment);
+
+// The same for a moment at a marker (exit, N, a label), from one pass that
+// also takes the moment's snapshot (snapshot_at's) into `snapshot`. Nothing
+// for other moments, or when the log has no such marker (snapshot_at says
+// why).
+std::optional<ReportHistory> replay_history_to_marker(const std::string& log, const Moment& moment,
+                                                      Snapshot& snapshot);
 
 struct ReportOptions {
     std::vector<std::regex> exclude;  // frames whose label matches are dropped, as in diff
@@ -79,7 +92,7 @@ struct ReportSite {
     bool has_activity = false;        // log only, not at the peak:
     uint64_t allocations = 0;         //   heap allocations the site made up to the moment
     uint64_t temporary = 0;           //   of those, temporary
-    std::vector<SymbolFrame> frames;  // innermost first
+    FrameList frames;  // innermost first
 };
 
 // A function or a module: the first frame outside the allocator.
@@ -148,6 +161,6 @@ std::vector<FlameStack> flame_stacks_of_live(const Report& report);
 
 // The first frame that is not an allocation function (the last frame if
 // all are); null for no frames.
-const SymbolFrame* allocating_frame(const std::vector<SymbolFrame>& frames);
+const SymbolFrame* allocating_frame(const FrameList& frames);
 
 }  // namespace heapsnap

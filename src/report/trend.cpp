@@ -22,7 +22,7 @@ std::string basename_of(const std::string& path) {
 // Identity of a grouped entry's frames, as diff keys them: the symbol when
 // there is one (the offset of a function group is its first member's and
 // means nothing), else module and offset.
-std::string frames_key(const std::vector<SymbolFrame>& frames) {
+std::string frames_key(const FrameList& frames) {
     std::string key;
     for (const SymbolFrame& f : frames) {
         if (!f.function.empty())

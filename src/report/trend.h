@@ -72,7 +72,7 @@ struct TrendEntry {
     int64_t bytes_delta = 0;  // last - first
     int64_t blocks_delta = 0;
     bool monotonic = false;           // grew and never shrank
-    std::vector<SymbolFrame> frames;  // innermost first
+    FrameList frames;  // innermost first
 };
 
 struct TrendOptions {

@@ -363,7 +363,8 @@ TEST_CASE("report of a log: sizes, peak sites, temporaries per site, rate") {
     CHECK(h.sizes.blocks[6] == 2);  // [32, 64)
     CHECK(h.sizes.bytes[6] == 80);
     CHECK(h.peak.totals.live_bytes == 300080);
-    CHECK(h.temporary_stacks.stacks.size() == 1);
+    CHECK(h.temporary_stacks.entries.size() == 1);
+    CHECK(h.stacks->contains(h.temporary_stacks.entries[0].stack));
 
     Symbolizer sym;
     Report r = build_report(moment, &h, ReportOptions{}, sym);
