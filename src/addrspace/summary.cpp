@@ -156,10 +156,6 @@ RegionType type_of(Category c) {
 
 int64_t delta(uint64_t old_v, uint64_t new_v) { return static_cast<int64_t>(new_v - old_v); }
 
-double percent(uint64_t part, uint64_t whole) {
-    return whole == 0 ? 0.0 : 100.0 * static_cast<double>(part) / static_cast<double>(whole);
-}
-
 // Categories shown for a summary: the seven always, Recorder when recorded.
 std::vector<Category> shown_categories(bool tracked) {
     std::vector<Category> cats = {Category::Heap,      Category::Stack, Category::Image, Category::MappedFile,

@@ -19,6 +19,7 @@
 #include "report/report.h"
 #include "util/error.h"
 #include "util/human.h"
+#include "util/files.h"
 
 namespace heapsnap::cli {
 namespace {
@@ -40,11 +41,6 @@ bool has_log_magic(const std::string& path) {
     ssize_t n = read(fd, head, sizeof head);
     close(fd);
     return n == static_cast<ssize_t>(sizeof head) && std::memcmp(head, hslog::kMagic, sizeof head) == 0;
-}
-
-std::string basename_of(const std::string& path) {
-    size_t slash = path.rfind('/');
-    return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
 int run_report(const ReportCliOptions& o) {

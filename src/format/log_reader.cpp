@@ -238,16 +238,7 @@ void RecordStream::record(hslog::Tag tag, codec::Reader& r, LogVisitor& visitor)
 
 void RecordStream::process(codec::Reader& r, LogVisitor& visitor) {
     ProcessInfo p;
-    p.recorder_version = std::string(r.str());
-    p.pid = r.varint();
-    p.ppid = r.varint();
-    p.uid = r.varint();
-    p.start_realtime_ns = r.varint();
-    p.start_ns = r.varint();
-    p.page_size = r.varint();
-    p.unwind = static_cast<hslog::UnwindMode>(r.u8());
-    p.max_depth = static_cast<uint32_t>(r.varint());
-    p.exe = std::string(r.str());
+    read_process_head(r, p);
     std::string_view cmdline = r.str();
     while (!cmdline.empty()) {
         size_t nul = cmdline.find('\0');
@@ -263,6 +254,19 @@ void RecordStream::process(codec::Reader& r, LogVisitor& visitor) {
     has_process_ = true;
     visitor.on_process(p);
     return;
+}
+
+void read_process_head(codec::Reader& r, ProcessInfo& p) {
+    p.recorder_version = std::string(r.str());
+    p.pid = r.varint();
+    p.ppid = r.varint();
+    p.uid = r.varint();
+    p.start_realtime_ns = r.varint();
+    p.start_ns = r.varint();
+    p.page_size = r.varint();
+    p.unwind = static_cast<hslog::UnwindMode>(r.u8());
+    p.max_depth = static_cast<uint32_t>(r.varint());
+    p.exe = std::string(r.str());
 }
 
 void read_malloc_stats(codec::Reader& r, MarkerRecord& m) {

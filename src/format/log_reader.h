@@ -155,6 +155,11 @@ struct MarkerRecord {
     std::vector<MapRegion> regions;
 };
 
+// The Process fields the log's record and the snapshot's share, in that
+// order: recorder version to executable (formats/hslog.md, Process). The
+// command line and sample_bytes follow, encoded differently in each.
+void read_process_head(codec::Reader& r, ProcessInfo& p);
+
 // A marker's allocator statistics as the log (version 7) and the snapshot
 // (version 4) both store them: a byte (hslog::MarkerStats), then for 1 the
 // seven mallinfo2 varints, for 2 another allocator's (hslog.h,

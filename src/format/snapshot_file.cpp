@@ -56,16 +56,7 @@ void put_marker(ByteBuffer& o, const MarkerRecord& m, bool has_data) {
 }
 
 void get_process(codec::Reader& r, ProcessInfo& p) {
-    p.recorder_version = std::string(r.str());
-    p.pid = r.varint();
-    p.ppid = r.varint();
-    p.uid = r.varint();
-    p.start_realtime_ns = r.varint();
-    p.start_ns = r.varint();
-    p.page_size = r.varint();
-    p.unwind = static_cast<hslog::UnwindMode>(r.u8());
-    p.max_depth = static_cast<uint32_t>(r.varint());
-    p.exe = std::string(r.str());
+    read_process_head(r, p);
     uint64_t n = r.count(1);
     for (uint64_t i = 0; i < n && r.ok(); ++i) p.argv.emplace_back(r.str());
     p.sample_bytes = r.varint();

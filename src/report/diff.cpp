@@ -1,4 +1,5 @@
 #include "report/diff.h"
+#include "util/files.h"
 
 #include <fmt/format.h>
 
@@ -8,11 +9,6 @@
 
 namespace heapsnap {
 namespace {
-
-std::string basename_of(const std::string& path) {
-    size_t slash = path.rfind('/');
-    return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 bool starts_with(const std::string& s, std::string_view prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 

@@ -5,14 +5,10 @@
 #include <sstream>
 
 #include "util/human.h"
+#include "util/files.h"
 
 namespace heapsnap {
 namespace {
-
-std::string basename_of(const std::string& path) {
-    size_t slash = path.rfind('/');
-    return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 struct Palette {
     bool on;

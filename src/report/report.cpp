@@ -13,14 +13,10 @@
 #include "report/render.h"
 #include "util/error.h"
 #include "util/human.h"
+#include "util/files.h"
 
 namespace heapsnap {
 namespace {
-
-std::string basename_of(const std::string& path) {
-    size_t slash = path.rfind('/');
-    return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 // A frame's identity, as diff matches frames: its symbol when it has one,
 // else module and offset.
@@ -154,10 +150,6 @@ std::string site_line(const FrameList& frames, const Palette& p) {
     if (!loc.empty()) s += "  " + p.dim(loc);
     if (!f->module.empty()) s += "  " + p.dim("(" + basename_of(f->module) + ")");
     return s;
-}
-
-double percent(uint64_t part, uint64_t whole) {
-    return whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
 }
 
 std::string bar(uint64_t part, uint64_t whole, size_t width) {

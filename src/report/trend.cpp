@@ -10,14 +10,10 @@
 #include "report/render.h"
 #include "report/report.h"
 #include "util/human.h"
+#include "util/files.h"
 
 namespace heapsnap {
 namespace {
-
-std::string basename_of(const std::string& path) {
-    size_t slash = path.rfind('/');
-    return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 // Identity of a grouped entry's frames, as diff keys them: the symbol when
 // there is one (the offset of a function group is its first member's and

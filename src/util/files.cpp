@@ -12,6 +12,11 @@
 
 namespace heapsnap {
 
+std::string basename_of(const std::string& path) {
+    size_t slash = path.rfind('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
 namespace {
 
 // Reads what `fd` holds (a regular file) and closes it.

@@ -12,6 +12,10 @@
 
 namespace heapsnap {
 
+// The last component of a path: "libc.so.6" of "/usr/lib/libc.so.6"; the
+// path itself if it has no '/'.
+std::string basename_of(const std::string& path);
+
 // Owns a descriptor (-1: none) and closes it when it goes.
 class UniqueFd {
 public:

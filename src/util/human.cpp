@@ -4,6 +4,10 @@
 
 namespace heapsnap {
 
+double percent(uint64_t part, uint64_t whole) {
+    return whole == 0 ? 0.0 : 100.0 * static_cast<double>(part) / static_cast<double>(whole);
+}
+
 std::string human_bytes(uint64_t bytes) {
     static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
     constexpr int kLastUnit = 6;

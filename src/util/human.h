@@ -14,6 +14,9 @@
 
 namespace heapsnap {
 
+// part as a percentage of whole; 0 when whole is 0.
+double percent(uint64_t part, uint64_t whole);
+
 // "0 B", "1023 B", "1.0 KiB", "1.5 MiB", up to EiB.
 std::string human_bytes(uint64_t bytes);
 
