@@ -6,7 +6,8 @@
 // per category with virtual size, Rss, Pss, Private_Dirty and Swap, the
 // type and state tables, the largest region of each category and the
 // reconciliation of tracked bytes against the kernel's and malloc's view.
-// JSON shape and rules, for users: formats/address-space.md.
+// Rendered as text and JSON by report/address_space.h. JSON shape and
+// rules, for users: formats/address-space.md.
 //
 // Classification, first rule that matches wins (regions are looked at in
 // address order; "anonymous" = no path or a "[anon:name]" name, "private" =
@@ -90,8 +91,6 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "format/log_reader.h"
 
 namespace heapsnap::addrspace {
@@ -101,6 +100,15 @@ inline constexpr size_t kCategoryCount = 8;
 
 // "Heap", "Stack", "Image", "MappedFile", "Anonymous", "Other", "Free", "Recorder".
 const char* category_name(Category c);
+inline size_t idx(Category c) { return static_cast<size_t>(c); }
+
+// Busy: every category but Free (Recorder included).
+inline constexpr Category kBusyCategories[] = {Category::Heap,      Category::Stack, Category::Image,
+                                               Category::MappedFile, Category::Anonymous, Category::Other,
+                                               Category::Recorder};
+// The categories that can be the verdict's dominant growth.
+inline constexpr Category kProgramCategories[] = {Category::Heap,       Category::Stack,     Category::Image,
+                                                  Category::MappedFile, Category::Anonymous, Category::Other};
 
 enum class RegionType : uint8_t { Image, Mapped, Private };
 inline constexpr size_t kRegionTypeCount = 3;
@@ -192,26 +200,5 @@ struct AddressSpaceSummary {
 std::vector<Category> classify(const SummaryInputs& in);
 
 AddressSpaceSummary summarize(const SummaryInputs& in);
-
-// The `!address -summary`-like report: usage rows sorted by size (largest
-// first), type and state tables, largest region per category, then the
-// reconciliation. `color` adds ANSI bold to headings.
-std::string render_text(const AddressSpaceSummary& s, bool color);
-
-// Shape: formats/address-space.md.
-nlohmann::json to_json(const AddressSpaceSummary& s);
-
-// The numeric fields of to_json, each new - old (signed); a field that is
-// null on either side is null.
-nlohmann::json delta_json(const AddressSpaceSummary& old_s, const AddressSpaceSummary& new_s);
-
-// Category, old size/Rss, new size/Rss, delta Rss, delta size; then a busy
-// total row and a line with threads and tracked/malloc changes. Does not
-// include verdict(): callers print it where they want it.
-std::string render_delta_text(const AddressSpaceSummary& old_s, const AddressSpaceSummary& new_s, bool color);
-
-// One line naming the dominant category of growth (rule above), e.g.
-// "growth is thread stacks: +3 threads, +24.0 MiB reserved, +96.0 KiB rss".
-std::string verdict(const AddressSpaceSummary& old_s, const AddressSpaceSummary& new_s);
 
 }  // namespace heapsnap::addrspace

@@ -9,6 +9,7 @@
 
 #include "addrspace/smaps_read.h"
 #include "addrspace/summary.h"
+#include "report/address_space.h"
 #include "cli/commands.h"
 #include "format/snapshot_file.h"
 #include "report/render.h"

@@ -61,7 +61,7 @@ int run_report(const ReportCliOptions& o) {
         moment = read_snapshot(o.target);  // says why it cannot be read
     }
     bool picture = o.format == "folded" || o.format == "svg";
-    std::optional<ReportHistory> history;
+    std::optional<LogHistory> history;
     if (!log.empty()) {
         Moment at = parse_moment(moment_text);
         if (!picture) history = replay_history_to_marker(log, at, moment);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "addrspace/summary.h"
+#include "report/address_space.h"
 #include "format/snapshot_file.h"
 #include "report/diff.h"
 

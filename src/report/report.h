@@ -37,6 +37,7 @@
 
 #include "format/snapshot_file.h"
 #include "replay/marker_select.h"
+#include "replay/history.h"
 #include "replay/replay.h"
 #include "report/diff.h"
 #include "report/flame.h"
@@ -48,35 +49,6 @@ namespace heapsnap {
 // (unless the program tuned it, or glibc raised it after such a block was
 // freed). The lower bound of SizeHistogram class 18.
 inline constexpr uint64_t kLargeBlockBytes = 128 * 1024;
-
-// What only a log can tell, up to the moment.
-struct ReportHistory {
-    SizeHistogram sizes;  // live heap blocks at the moment
-    uint64_t heap_allocations = 0;
-    uint64_t temporary = 0;
-    AllocationTimeline timeline;
-    std::vector<StackActivity> activity;  // by stack id of the log
-    Snapshot peak;                        // HistoryReplay::peak(), its stacks in `stacks`
-    // The modules, and an empty heap entry per stack that made temporary
-    // allocations (most have nothing live at the moment), to name them;
-    // their stacks in `stacks`.
-    Snapshot temporary_stacks;
-    // Every stack the log defined up to the moment, kept as the replay
-    // keeps them rather than copied per snapshot.
-    std::shared_ptr<const StackTable> stacks;
-};
-
-// Replays `log` up to the moment `moment` was taken at (a snapshot of that
-// log: its totals.events events). Throws heapsnap::Error if the log ends
-// before.
-ReportHistory replay_history(const std::string& log, const Snapshot& moment);
-
-// The same for a moment at a marker (exit, N, a label), from one pass that
-// also takes the moment's snapshot (snapshot_at's) into `snapshot`. Nothing
-// for other moments, or when the log has no such marker (snapshot_at says
-// why).
-std::optional<ReportHistory> replay_history_to_marker(const std::string& log, const Moment& moment,
-                                                      Snapshot& snapshot);
 
 struct ReportOptions {
     std::vector<std::regex> exclude;  // frames whose label matches are dropped, as in diff
@@ -130,7 +102,7 @@ struct Report {
     std::vector<std::string> warnings;
 };
 
-Report build_report(const Snapshot& moment, const ReportHistory* history, const ReportOptions& options,
+Report build_report(const Snapshot& moment, const LogHistory* history, const ReportOptions& options,
                     Symbolizer& symbolizer);
 
 // Regroups the timeline's slices into at most `buckets` equal buckets

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "addrspace/summary.h"
+#include "report/address_space.h"
 #include "format/snapshot_file.h"
 #include "fuzz_input.h"
 #include "report/diff.h"

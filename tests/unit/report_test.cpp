@@ -357,7 +357,7 @@ TEST_CASE("report of a log: sizes, peak sites, temporaries per site, rate") {
     TempFile checkpoint{f.path + ".checkpoint"};
 
     Snapshot moment = snapshot_at(f.path, parse_moment("A"));
-    ReportHistory h = replay_history(f.path, moment);
+    LogHistory h = replay_history(f.path, moment);
     CHECK(h.heap_allocations == 4);
     CHECK(h.temporary == 1);
     CHECK(h.sizes.blocks[6] == 2);  // [32, 64)
@@ -414,7 +414,7 @@ TEST_CASE("report of a log: sizes, peak sites, temporaries per site, rate") {
 
     // At exit, with everything: one more allocation of stack 1, 1 byte.
     Snapshot at_exit = snapshot_at(f.path, parse_moment("exit"));
-    ReportHistory he = replay_history(f.path, at_exit);
+    LogHistory he = replay_history(f.path, at_exit);
     CHECK(he.heap_allocations == 5);
     CHECK(he.sizes.blocks[1] == 1);
 }

@@ -21,6 +21,7 @@
 #include "addrspace/smaps_capture.h"
 #include "addrspace/smaps_read.h"
 #include "addrspace/summary.h"
+#include "report/address_space.h"
 #include "util/error.h"
 #include "util/human.h"
 
