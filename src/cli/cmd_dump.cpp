@@ -126,14 +126,16 @@ public:
         line(fmt::format("munmap t={} thread={} addr={:#x} length={}", secs(e.time_ns), e.thread, e.address, e.length));
     }
     void on_marker(const MarkerRecord& m) override {
-        line(fmt::format("marker t={} thread={} index={} cause={} label={} events={} rss_kb={} threads={} regions={}",
+        line(fmt::format("marker t={} thread={} index={} cause={} label={} events={} unrecorded={} rss_kb={} threads={} "
+                         "regions={}",
                          secs(m.time_ns), m.thread, m.index, marker_cause_name(m.cause), quoted(m.label), m.events,
-                         m.rss_kb, m.threads, m.regions.size()));
+                         m.unrecorded, m.rss_kb, m.threads, m.regions.size()));
     }
     void on_end(const EndRecord& e) override {
         static const char* const reasons[] = {"exit", "exec", "shutdown"};
         auto r = static_cast<unsigned>(e.reason);
-        line(fmt::format("end t={} reason={} events={}", secs(e.time_ns), r < 3 ? reasons[r] : "?", e.events));
+        line(fmt::format("end t={} reason={} events={} unrecorded={}", secs(e.time_ns), r < 3 ? reasons[r] : "?", e.events,
+                         e.unrecorded));
     }
 
 private:

@@ -35,6 +35,7 @@ int markers(const MarkersOptions& o) {
                             {"mmap_regions", r.mmap_regions},
                             {"rss_bytes", r.marker.rss_kb * 1024},
                             {"events", r.marker.events},
+                            {"unrecorded", r.marker.unrecorded},
                             {"threads", r.marker.threads}});
         nlohmann::json doc = {{"format", "heapsnap-markers"},
                               {"version", 1},
@@ -44,6 +45,7 @@ int markers(const MarkersOptions& o) {
                               {"sample_bytes", listing.process.sample_bytes},
                               {"complete", listing.complete},
                               {"truncated", listing.truncated},
+                              {"unrecorded", listing.unrecorded},
                               {"markers", std::move(rows)}};
         std::cout << json_text(doc) << "\n";
     } else {
@@ -58,6 +60,10 @@ int markers(const MarkersOptions& o) {
         if (listing.process.sample_bytes) std::cout << sampling_note(listing.process.sample_bytes) << "\n";
     }
     if (listing.truncated) warn(o.log + ": the log ends inside a frame; markers up to the last complete frame are shown");
+    if (listing.unrecorded)
+        warn(fmt::format("{}: {} event{} could not be recorded: the live figures may miss {}", o.log,
+                         listing.unrecorded, listing.unrecorded == 1 ? "" : "s",
+                         listing.unrecorded == 1 ? "it" : "them"));
     return kExitOk;
 }
 

@@ -61,7 +61,10 @@
 //   (formats/hslog.md, "Version 6").
 // - Version 7: a Marker's statistics byte may say 2, the statistics of
 //   another allocator than glibc's (jemalloc, tcmalloc, mimalloc: its kind,
-//   which fields it gives, then those). Readers take versions 6 and 7.
+//   which fields it gives, then those).
+// - Version 8: Marker and End say how many events the recorder could not
+//   record up to then (formats/hslog.md, "Unrecorded events"): a varint
+//   after `events`. Readers take versions 6 to 8.
 //
 // This header is included by the recorder, so it uses no allocation and no
 // standard containers; only the encoders live here. Decoding is in
@@ -75,9 +78,12 @@
 namespace heapsnap::hslog {
 
 inline constexpr char kMagic[8] = {'H', 'E', 'A', 'P', 'S', 'N', 'A', 'P'};
-inline constexpr uint32_t kLogVersion = 7;
-// The oldest version readers still take (version 7 only adds a value).
+inline constexpr uint32_t kLogVersion = 8;
+// The oldest version readers still take (version 7 only adds a value,
+// version 8 a field readers leave at 0 in older logs).
 inline constexpr uint32_t kOldestLogVersion = 6;
+// The first version whose Marker and End records carry `unrecorded`.
+inline constexpr uint32_t kUnrecordedVersion = 8;
 inline constexpr uint32_t kHeaderSize = 16;
 
 // Times in the stream are multiples of this many nanoseconds since the
@@ -388,11 +394,21 @@ inline void put_module_load(codec::Writer& w, uint64_t dt, uint32_t module, uint
     w.bytes(build_id, build_id_len);
 }
 
-inline void put_end(codec::Writer& w, uint64_t dt, EndReason reason, uint64_t events) {
+inline void put_end(codec::Writer& w, uint64_t dt, EndReason reason, uint64_t events, uint64_t unrecorded) {
     w.u8(static_cast<uint8_t>(Tag::End));
     w.varint(dt);
     w.u8(static_cast<uint8_t>(reason));
     w.varint(events);
+    w.varint(unrecorded);
+}
+
+// A Marker record up to its payload (formats/hslog.md, Marker).
+inline void put_marker_header(codec::Writer& w, uint64_t dt, uint32_t thread, uint64_t events, uint64_t unrecorded) {
+    w.u8(static_cast<uint8_t>(Tag::Marker));
+    w.varint(dt);
+    w.varint(thread);
+    w.varint(events);
+    w.varint(unrecorded);
 }
 
 }  // namespace heapsnap::hslog

@@ -226,6 +226,7 @@ void RecordStream::record(hslog::Tag tag, codec::Reader& r, LogVisitor& visitor)
             e.time_ns = advance(r);
             e.reason = static_cast<hslog::EndReason>(r.u8());
             e.events = r.varint();
+            if (summary_.version >= hslog::kUnrecordedVersion) e.unrecorded = r.varint();
             if (r.ok()) {
                 summary_.complete = true;
                 visitor.on_end(e);
@@ -312,6 +313,7 @@ void RecordStream::marker(codec::Reader& r, LogVisitor& visitor) {
     m.time_ns = advance(r);
     m.thread = static_cast<uint32_t>(r.varint());
     m.events = r.varint();
+    if (summary_.version >= hslog::kUnrecordedVersion) m.unrecorded = r.varint();
     m.index = static_cast<uint32_t>(r.varint());
     m.cause = static_cast<hslog::MarkerCause>(r.u8());
     m.label = std::string(r.str());
@@ -375,6 +377,7 @@ LogFrames::LogFrames(const LogFile& log, ReadSummary& summary, const StreamPosit
         throw Error(path + ": unsupported log format version " + std::to_string(version) +
                     " (this heapsnap reads versions " + std::to_string(hslog::kOldestLogVersion) + " to " +
                     std::to_string(hslog::kLogVersion) + ")");
+    summary.version = version;
     if (from) {
         if (from->offset < hslog::kHeaderSize || from->offset > file.size())
             throw Error(path + ": the log is shorter than a checkpoint of it says (was it replaced?)");

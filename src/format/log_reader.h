@@ -142,6 +142,7 @@ struct MarkerRecord {
     hslog::MarkerCause cause = hslog::MarkerCause::User;
     std::string label;
     uint64_t events = 0;  // alloc/free/mmap/munmap events recorded before it
+    uint64_t unrecorded = 0;  // events the recorder could not record before it (version 8)
     uint64_t rss_kb = 0;
     uint32_t threads = 0;
     uint64_t recorder_bytes = 0;  // memory the recorder itself holds
@@ -174,6 +175,7 @@ struct EndRecord {
     uint64_t time_ns = 0;
     hslog::EndReason reason = hslog::EndReason::Exit;
     uint64_t events = 0;
+    uint64_t unrecorded = 0;  // version 8
 };
 
 // Receives decoded records in stream order. Defaults ignore the record.
@@ -272,6 +274,7 @@ struct StreamPosition {
 };
 
 struct ReadSummary {
+    uint32_t version = 0;  // of the log's format (its header)
     uint64_t frames = 0;
     uint64_t records = 0;
     uint64_t events = 0;

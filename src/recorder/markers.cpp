@@ -4,6 +4,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include "addrspace/smaps_capture.h"
@@ -133,6 +134,7 @@ uint32_t take_marker(hslog::MarkerCause cause, const char* label) {
         slot.addr = reinterpret_cast<uint64_t>(payload);
         slot.size = w.size();
         slot.aux = index;
+        slot.stack = static_cast<uint32_t>(std::min<uint64_t>(unrecorded_events(), UINT32_MAX));
         if (!emit(slot)) {
             raw_unmap(payload, kPayloadBytes);
             index = 0;

@@ -37,6 +37,7 @@ constexpr uint32_t kSpareRings = 8;
 // go faster than it wakes by itself find a ring to reuse.
 std::atomic<uint32_t> g_retired_waiting{0};
 std::atomic<uint32_t> g_next_thread{0};
+std::atomic<uint64_t> g_unrecorded{0};
 std::atomic<uint32_t> g_live_threads{0};
 
 // Events of threads whose own ring was already retired (frees run by TLS
@@ -167,7 +168,11 @@ bool emit_slow(const Slot& event) {
     if (!recorder_active()) return false;
     Slot slot = event;
     slot.thread = current_thread_index();
-    if (t_state.retired) return emit_shared(slot);
+    if (t_state.retired) {
+        if (emit_shared(slot)) return true;
+        note_unrecorded(1);
+        return false;
+    }
     if (!t_state.ring) {
         t_state.internal++;
         t_state.ring = new_ring(slot.thread);
@@ -180,11 +185,20 @@ bool emit_slow(const Slot& event) {
             if (!writer_running() && !t_state.in_allocator) writer_start_thread();
         }
         t_state.internal--;
-        if (!t_state.ring) return false;
+        if (!t_state.ring) {
+            note_unrecorded(1);
+            return false;
+        }
     }
     append(*t_state.ring, slot);
     return true;
 }
+
+void note_unrecorded(uint64_t events) {
+    if (events) g_unrecorded.fetch_add(events, std::memory_order_relaxed);
+}
+
+uint64_t unrecorded_events() { return g_unrecorded.load(std::memory_order_relaxed); }
 
 void retire_current_thread() {
     ThreadRing* ring = t_state.ring;

@@ -94,7 +94,7 @@ struct Slot {
     uint64_t ts;
     uint64_t addr;    // block / mapping address; stack low end for ThreadStart
     uint64_t size;    // size / length; stack size for ThreadStart; marker index for Marker
-    uint32_t stack;   // interned stack id (Alloc, Mmap)
+    uint32_t stack;   // interned stack id (Alloc, Mmap); for Marker, the unrecorded events then
     uint32_t thread;  // thread index
     uint32_t aux;     // mmap flags; os tid for ThreadStart; low half of the caller (kDeferredStack);
                       // for an Alloc with a local key, libunwind's stack id (HEAPSNAP_VERIFY_STACKS)
@@ -339,6 +339,12 @@ __attribute__((always_inline)) inline bool emit_with(Fill&& fill) {
 inline bool emit(const Slot& slot) {
     return emit_with([&](Slot& s) { s = slot; });
 }
+
+// Events that happened but could not be recorded (no memory for a ring);
+// the writer puts the total in the log before each marker and the End
+// record.
+void note_unrecorded(uint64_t events);
+uint64_t unrecorded_events();
 
 // The thread index of the calling thread, assigned on first use.
 uint32_t current_thread_index();

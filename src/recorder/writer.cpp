@@ -487,11 +487,8 @@ void encode(const Slot& s) {
         case SlotKind::Marker: {
             commit(w);
             auto* payload = reinterpret_cast<uint8_t*>(s.addr);
-            codec::Writer m = reserve(2 + 3 * codec::kMaxVarint + s.size);
-            m.u8(static_cast<uint8_t>(hslog::Tag::Marker));
-            m.varint(advance_time(ticks_to_ns(s.ts)));
-            m.varint(s.thread);
-            m.varint(g_enc.events);
+            codec::Writer m = reserve(2 + 5 * codec::kMaxVarint + s.size);
+            hslog::put_marker_header(m, advance_time(ticks_to_ns(s.ts)), s.thread, g_enc.events, s.stack);
             m.varint(++g_enc.marker_count);
             if (s.size <= m.room()) m.raw(payload, s.size);
             commit(m);
@@ -1042,8 +1039,8 @@ void writer_stop(hslog::EndReason reason) {
     LockGuard guard(g_writer_lock);
     if (g_fd < 0 || g_ended) return;
     drain_published_locked();
-    codec::Writer w = reserve(2 + 2 * codec::kMaxVarint);
-    hslog::put_end(w, advance_time(now_ns()), reason, g_enc.events);
+    codec::Writer w = reserve(2 + 3 * codec::kMaxVarint);
+    hslog::put_end(w, advance_time(now_ns()), reason, g_enc.events, unrecorded_events());
     commit(w);
     flush_frame();
     g_ended = true;

@@ -262,8 +262,14 @@ MarkerListing list_markers(const std::string& log) {
             row.mmap_bytes = totals().mmap_bytes;
             row.mmap_regions = totals().mmap_regions;
             rows.push_back(std::move(row));
+            unrecorded = m.unrecorded;
+        }
+        void on_end(const EndRecord& e) override {
+            Replay::on_end(e);
+            unrecorded = e.unrecorded;
         }
         std::vector<MarkerRow> rows;
+        uint64_t unrecorded = 0;
     } lister;
     ReadSummary summary = read_log_as(log, lister);
     MarkerListing listing;
@@ -271,6 +277,7 @@ MarkerListing list_markers(const std::string& log) {
     listing.rows = std::move(lister.rows);
     listing.truncated = summary.truncated;
     listing.complete = summary.complete;
+    listing.unrecorded = lister.unrecorded;
     return listing;
 }
 

@@ -50,6 +50,9 @@ struct MarkerListing {
     std::vector<MarkerRow> rows;
     bool truncated = false;
     bool complete = false;
+    // Events the recorder could not record, as of the End record (or the
+    // last marker of a log without one).
+    uint64_t unrecorded = 0;
 };
 
 MarkerListing list_markers(const std::string& log);

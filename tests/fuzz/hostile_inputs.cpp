@@ -121,6 +121,7 @@ Enc marker_record(uint32_t index, hslog::MarkerCause cause, const std::string& l
     e.varint(5);  // dt
     e.varint(0);  // thread
     e.varint(events);
+    e.varint(0);  // unrecorded
     e.varint(index);
     e.u8(static_cast<uint8_t>(cause));
     e.str(label);
@@ -203,7 +204,7 @@ std::vector<std::pair<std::string, Enc>> good_records(const std::string& module_
     r.emplace_back("module-unload", mu2);
     r.emplace_back("exit-marker", marker_record(2, hslog::MarkerCause::Exit, "exit", 6));
     Enc end;
-    end.rec([](codec::Writer& w) { hslog::put_end(w, 1, hslog::EndReason::Exit, 6); });
+    end.rec([](codec::Writer& w) { hslog::put_end(w, 1, hslog::EndReason::Exit, 6, 0); });
     r.emplace_back("end", end);
     return r;
 }

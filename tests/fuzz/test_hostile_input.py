@@ -28,7 +28,7 @@ LOG_ERRORS = {
     "empty.hslog": "not a heapsnap log (bad magic)",
     "bad-magic.hslog": "not a heapsnap log (bad magic)",
     "short-header.hslog": "truncated heapsnap log: the header is incomplete",
-    "newer-version.hslog": "unsupported log format version 8 (this heapsnap reads versions 6 to 7)",
+    "newer-version.hslog": "unsupported log format version 9 (this heapsnap reads versions 6 to 8)",
     "version-max.hslog": "unsupported log format version 4294967295",
     "header-only.hslog": "truncated heapsnap log: no complete frame",
     "unknown-tag.hslog": "corrupt log: unknown record tag 117",

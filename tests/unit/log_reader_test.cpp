@@ -304,6 +304,41 @@ struct MarkerCounter : LogVisitor {
 
 }  // namespace
 
+// Version 8's Marker and End say how many events the recorder could not
+// record; versions 6 and 7 have no such field, and read as none.
+TEST_CASE("log reader: unrecorded events in version 8, none before") {
+    struct Unrecorded : LogVisitor {
+        std::vector<uint64_t> markers;
+        uint64_t end = UINT64_MAX;
+        void on_marker(const MarkerRecord& m) override { markers.push_back(m.unrecorded); }
+        void on_end(const EndRecord& e) override { end = e.unrecorded; }
+    };
+    for (uint32_t version : {6u, 7u, 8u}) {
+        CAPTURE(version);
+        LogBuilder b;
+        b.header(version);
+        b.process();
+        b.marker(1100000, 1, "A");
+        b.unrecorded = 3;
+        b.marker(1200000, 2, "B");
+        b.unrecorded = 5;
+        b.end(1300000);
+        b.frame();
+        TempFile f{b.write()};
+        Unrecorded seen;
+        ReadSummary summary = read_log(f.path, seen);
+        CHECK(summary.version == version);
+        CHECK(summary.complete);
+        if (version >= 8) {
+            CHECK(seen.markers == std::vector<uint64_t>{0, 3});
+            CHECK(seen.end == 5);
+        } else {
+            CHECK(seen.markers == std::vector<uint64_t>{0, 0});
+            CHECK(seen.end == 0);
+        }
+    }
+}
+
 TEST_CASE("log reader: bad input is refused with one clear message") {
     TempFile empty{LogBuilder().write(std::vector<uint8_t>{})};
     CHECK(expect_error(empty.path) == empty.path + ": not a heapsnap log (bad magic)");
@@ -324,15 +359,15 @@ TEST_CASE("log reader: bad input is refused with one clear message") {
         older.frame();
         TempFile f{older.write()};
         CHECK(expect_error(f.path) == f.path + ": unsupported log format version " + std::to_string(version) +
-                                          " (this heapsnap reads versions 6 to 7)");
+                                          " (this heapsnap reads versions 6 to 8)");
     }
 
     LogBuilder newer;
-    newer.header(8);
+    newer.header(9);
     newer.process();
     newer.frame();
-    TempFile v8{newer.write()};
-    CHECK(expect_error(v8.path) == v8.path + ": unsupported log format version 8 (this heapsnap reads versions 6 to 7)");
+    TempFile v9{newer.write()};
+    CHECK(expect_error(v9.path) == v9.path + ": unsupported log format version 9 (this heapsnap reads versions 6 to 8)");
 
     // Version 6 differs from 7 only by the allocator statistics it never
     // has: it is read as it is.

@@ -23,6 +23,7 @@ public:
     LogBuilder() { header(hslog::kLogVersion); }
 
     void header(uint32_t version) {
+        version_ = version;
         file_.clear();
         uint8_t h[hslog::kHeaderSize];
         codec::Writer w(h, sizeof h);
@@ -144,11 +145,7 @@ public:
     // recorder bytes 2).
     codec::Writer marker_head(uint64_t t, uint32_t index, const char* label, hslog::MarkerCause cause) {
         codec::Writer w = room();
-        w.u8(static_cast<uint8_t>(hslog::Tag::Marker));
-        w.varint((t - now_) / hslog::kTimeUnitNs);
-        now_ = t;
-        w.varint(0);
-        w.varint(events_);
+        marker_header(w, t);
         w.varint(index);
         w.u8(static_cast<uint8_t>(cause));
         w.str(label);
@@ -157,10 +154,21 @@ public:
     }
     void end(uint64_t t) {
         codec::Writer w = room();
-        hslog::put_end(w, (t - now_) / hslog::kTimeUnitNs, hslog::EndReason::Exit, events_);
+        uint64_t dt = (t - now_) / hslog::kTimeUnitNs;
+        if (version_ >= hslog::kUnrecordedVersion) {
+            hslog::put_end(w, dt, hslog::EndReason::Exit, events_, unrecorded);
+        } else {
+            w.u8(static_cast<uint8_t>(hslog::Tag::End));
+            w.varint(dt);
+            w.u8(static_cast<uint8_t>(hslog::EndReason::Exit));
+            w.varint(events_);
+        }
         now_ = t;
         done(w);
     }
+    // What the next markers and End say the recorder could not record
+    // (version 8 on).
+    uint64_t unrecorded = 0;
     void raw_record(const std::vector<uint8_t>& bytes) { frame_.insert(frame_.end(), bytes.begin(), bytes.end()); }
 
     // Compresses the records so far into one zstd frame.
@@ -186,6 +194,21 @@ public:
     std::string write() const { return write(file_); }
 
 private:
+    // Up to the payload, in this log's version.
+    void marker_header(codec::Writer& w, uint64_t t) {
+        uint64_t dt = (t - now_) / hslog::kTimeUnitNs;
+        now_ = t;
+        if (version_ >= hslog::kUnrecordedVersion) {
+            hslog::put_marker_header(w, dt, 0, events_, unrecorded);
+            return;
+        }
+        w.u8(static_cast<uint8_t>(hslog::Tag::Marker));
+        w.varint(dt);
+        w.varint(0);
+        w.varint(events_);
+    }
+
+    uint32_t version_ = hslog::kLogVersion;
     codec::Writer room() {
         scratch_.assign(4096, 0);
         return codec::Writer(scratch_.data(), scratch_.size());
