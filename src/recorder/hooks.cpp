@@ -12,7 +12,9 @@
 //     recorded with its caller as a one-frame stack, because libunwind and
 //     the stack table cannot be re-entered (thread_buffer.h,
 //     kDeferredStack). A handler that interrupts any other part of a hook
-//     is recorded normally.
+//     is recorded normally; the mmap family's hooks run with signals
+//     blocked, and a handler that leaves a malloc-family hook by
+//     siglongjmp is caught by the longjmp family's hooks (thread_state.h).
 //
 // dlopen is observed, not interposed: glibc resolves $ORIGIN and RUNPATH
 // from dlopen's caller, and a wrapper would make the caller this library.
@@ -34,6 +36,8 @@
 #include <libunwind.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <sys/resource.h>
@@ -93,13 +97,14 @@ struct Real {
     pid_t (*fork)();
     void (*exit_now)(int);    // _exit
     void (*exit_now_c)(int);  // _Exit, the same function in glibc under C99's name
+    void (*longjmp)(__jmp_buf_tag*, int);
+    void (*longjmp_)(__jmp_buf_tag*, int);  // _longjmp
+    void (*siglongjmp)(__jmp_buf_tag*, int);
+    void (*longjmp_chk)(__jmp_buf_tag*, int);  // __longjmp_chk (_FORTIFY_SOURCE's longjmp)
 };
 
 Real real;
 std::atomic<bool> g_resolved{false};
-// In the calloc hook, until it calls the real calloc (lifecycle.h,
-// starting_in_calloc).
-__thread bool t_in_calloc;  // initial-exec (meson.build)
 std::atomic<bool> g_resolving{false};
 
 alignas(64) char g_bootstrap[256 * 1024];
@@ -119,10 +124,30 @@ bool is_bootstrap(const void* p) {
     return c >= g_bootstrap && c < g_bootstrap + sizeof g_bootstrap;
 }
 
+// The code of the allocator (the module that defines the real malloc) and
+// of libunwind: an anonymous mmap called from there while the thread is in
+// the allocator or in a stack capture is theirs; one called from anywhere
+// else then is a signal handler's, and the program's.
+struct CodeRange {
+    uint64_t start = 0;
+    uint64_t end = 0;
+    bool holds(uint64_t ip) const { return ip >= start && ip < end; }
+};
+CodeRange g_allocator_code;
+CodeRange g_unwinder_code;
+
+CodeRange code_of(const void* fn) {
+    dl_find_object found;
+    if (!fn || _dl_find_object(const_cast<void*>(fn), &found) != 0) return {};
+    return CodeRange{reinterpret_cast<uint64_t>(found.dlfo_map_start), reinterpret_cast<uint64_t>(found.dlfo_map_end)};
+}
+
 template <class F>
 void lookup(F& fn, const char* name) {
     fn = reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
 }
+
+void find_code_ranges();
 
 __attribute__((noinline)) void resolve() {
     if (g_resolved.load(std::memory_order_acquire)) return;
@@ -152,9 +177,19 @@ __attribute__((noinline)) void resolve() {
     lookup(real.exit_now, "_exit");
     lookup(real.exit_now_c, "_Exit");
     lookup(real.fork, "fork");
+    lookup(real.longjmp, "longjmp");
+    lookup(real.longjmp_, "_longjmp");
+    lookup(real.siglongjmp, "siglongjmp");
+    lookup(real.longjmp_chk, "__longjmp_chk");
+    find_code_ranges();
     // Still resolving: what dlsym and dladdr allocate comes from the arena.
     detect_allocator(reinterpret_cast<void*>(real.malloc));
     g_resolved.store(true, std::memory_order_release);
+}
+
+void find_code_ranges() {
+    g_allocator_code = code_of(reinterpret_cast<void*>(real.malloc));
+    g_unwinder_code = code_of(reinterpret_cast<void*>(&unw_backtrace));
 }
 
 inline bool ready() {
@@ -165,25 +200,30 @@ inline bool ready() {
 
 // ---- recording ------------------------------------------------------------
 
-// Calls the real allocator with in_allocator raised (thread_buffer.h): an
+// Calls the real allocator with in_allocator raised (thread_state.h): an
 // mmap it makes is its own heap, and the recorder starts no thread and
-// calls nothing that allocates until it returns.
+// calls nothing that allocates until it returns. `owes`: the hook has yet
+// to record what the call did (set before in_allocator is lowered, so a
+// handler that leaves the hook finds one or the other).
 template <class Fn, class... Args>
-__attribute__((always_inline)) inline auto call_allocator(Fn fn, Args... args) {
-    ThreadState& t = thread_state();
+__attribute__((always_inline)) inline auto call_allocator(HookFrame& frame, bool owes, Fn fn, Args... args) {
+    ThreadState& t = hook_state();
     t.in_allocator++;
     if constexpr (std::is_void_v<decltype(fn(args...))>) {
         fn(args...);
+        frame.owe(owes);
         t.in_allocator--;
     } else {
         auto r = fn(args...);
+        frame.owe(owes);
         t.in_allocator--;
         return r;
     }
 }
 
+// In a hook, once the thread's state was checked (hook_state).
 bool should_record() {
-    const ThreadState& t = thread_state();
+    const ThreadState& t = hook_state();
     return (t.internal == 0 || t.capturing) && recorder_active();
 }
 
@@ -301,7 +341,7 @@ __attribute__((always_inline)) inline uint32_t capture_stack(const void* hook_fr
 // Stack id 0 ("no stack") for an mmap from a signal handler that
 // interrupted a capture: the slot has no room for its caller.
 __attribute__((always_inline)) inline uint32_t stack_now(const void* hook_frame, uint32_t* expected = nullptr) {
-    ThreadState& t = thread_state();
+    ThreadState& t = hook_state();
     if (t.capturing) return 0;
     // capturing covers internal on both sides: a signal handler never finds
     // internal set without capturing, so it is never passed through.
@@ -326,8 +366,9 @@ void fill_alloc(Slot& s, AllocFn fn, uint64_t addr, size_t size) {
 __attribute__((always_inline)) inline void record_alloc_unsampled(AllocFn fn, const void* p, size_t size,
                                                                   Caller caller) {
     auto addr = reinterpret_cast<uint64_t>(p);
-    if (thread_state().capturing) {
-        emit_with([&](Slot& s) {
+    ThreadState& t = hook_state();
+    if (t.capturing) {
+        emit_with(t, [&](Slot& s) {
             fill_alloc(s, fn, addr, size);
             set_deferred_caller(s, caller.ip);
         });
@@ -335,7 +376,7 @@ __attribute__((always_inline)) inline void record_alloc_unsampled(AllocFn fn, co
     }
     uint32_t expected = 0;
     uint32_t stack = stack_now(caller.frame, &expected);
-    emit_with([&](Slot& s) {
+    emit_with(t, [&](Slot& s) {
         fill_alloc(s, fn, addr, size);
         s.stack = stack;
         s.aux = expected;
@@ -352,7 +393,7 @@ void record_alloc(AllocFn fn, const void* p, size_t size, Caller caller) {
 __attribute__((always_inline)) inline bool record_free(const void* p) {
     if (sampling() && !release_sampled(reinterpret_cast<uint64_t>(p))) return false;
     auto addr = reinterpret_cast<uint64_t>(p);
-    emit_with([&](Slot& s) {
+    emit_with(hook_state(), [&](Slot& s) {
         s = Slot{};
         s.kind = SlotKind::Free;
         s.addr = addr;
@@ -486,7 +527,7 @@ void* thread_trampoline(void* p) {
 
 }  // namespace
 
-bool starting_in_calloc() { return t_in_calloc; }
+bool starting_in_calloc() { return thread_state().in_calloc; }
 
 void note_stack_verified(bool same) {
     g_verified_stacks.fetch_add(1, std::memory_order_relaxed);
@@ -513,6 +554,52 @@ void report_stack_verification() {
     diagnostic("verify-stacks: ", checked, " stacks checked, ", differing, " differ from libunwind");
 }
 
+// ---- leaving a hook by longjmp ------------------------------------------------
+// A signal handler that leaves by siglongjmp (or longjmp) abandons the hook
+// it interrupted when it jumps to a frame above that hook's: what the hook
+// raised is undone before the real jump (thread_state.h). glibc keeps the
+// stack pointer in a jmp_buf mangled with the thread's pointer guard
+// (PTR_MANGLE: xor with %fs:0x30, then rotate left by 17 bits).
+
+namespace {
+
+uint64_t jump_target_sp(const __jmp_buf_tag* env) {
+    uint64_t mangled = static_cast<uint64_t>(env->__jmpbuf[6]);  // JB_RSP
+    uint64_t guard;
+    asm("mov %%fs:0x30, %0" : "=r"(guard));
+    return ((mangled >> 17) | (mangled << 47)) ^ guard;
+}
+
+// Whether a jump to `target` leaves the frame at `hook`. Stack addresses
+// compare only on one stack: a jump off the alternate signal stack leaves
+// every frame on it, a jump onto it none of the others.
+bool leaves(uint64_t hook, uint64_t target) {
+    stack_t alt;
+    if (sigaltstack(nullptr, &alt) == 0 && !(alt.ss_flags & SS_DISABLE)) {
+        auto on_alt = [&](uint64_t at) {
+            auto lo = reinterpret_cast<uint64_t>(alt.ss_sp);
+            return at >= lo && at - lo < alt.ss_size;
+        };
+        if (on_alt(hook) != on_alt(target)) return on_alt(hook);
+    }
+    return target > hook;
+}
+
+}  // namespace
+
+void abandon_hook(uint64_t target_sp) {
+    ThreadState& t = thread_state();
+    if (!t.hook_sp || (target_sp != UINT64_MAX && !leaves(t.hook_sp & ~uint64_t{1}, target_sp))) return;
+    uint64_t lost = (t.hook_sp & 1) || t.in_allocator ? 1 : 0;
+    abandon_stack_walk();
+    if (t.ring) lost += abandon_appends(*t.ring);
+    t.capturing = false;
+    t.internal = 0;
+    t.in_allocator = 0;
+    t.hook_sp = 0;
+    note_unrecorded(lost);
+}
+
 }  // namespace heapsnap::recorder
 
 using namespace heapsnap::recorder;
@@ -521,17 +608,25 @@ using namespace heapsnap::recorder;
 
 HEAPSNAP_EXPORT void* malloc(size_t size) {
     if (!ready()) return bootstrap_alloc(size);
+    HookFrame frame(__builtin_frame_address(0));
     bool record = should_record_prefetching(__builtin_frame_address(0));
-    void* p = call_allocator(real.malloc, size);
+    void* p = call_allocator(frame, record, real.malloc, size);
     if (p && record) record_alloc(AllocFn::Malloc, p, size, HEAPSNAP_CALLER);
+    frame.owe(false);
     return p;
 }
 
 HEAPSNAP_EXPORT void free(void* p) {
     if (!p || is_bootstrap(p)) return;
     if (!ready()) return;
-    if (should_record()) record_free(p);
-    call_allocator(real.free, p);
+    HookFrame frame(__builtin_frame_address(0));
+    // Owed from before its record to the end of the real free: a handler
+    // that leaves in between leaves a block the log may call freed.
+    if (should_record()) {
+        frame.owe(true);
+        record_free(p);
+    }
+    call_allocator(frame, false, real.free, p);
 }
 
 HEAPSNAP_EXPORT void* calloc(size_t n, size_t size) {
@@ -540,11 +635,14 @@ HEAPSNAP_EXPORT void* calloc(size_t n, size_t size) {
         if (__builtin_mul_overflow(n, size, &total)) return nullptr;
         return bootstrap_alloc(total);  // static storage: already zero
     }
-    t_in_calloc = true;
+    HookFrame frame(__builtin_frame_address(0));
+    ThreadState& t = hook_state();
+    t.in_calloc = true;
     bool record = should_record_prefetching(__builtin_frame_address(0));
-    t_in_calloc = false;
-    void* p = call_allocator(real.calloc, n, size);
+    t.in_calloc = false;
+    void* p = call_allocator(frame, record, real.calloc, n, size);
     if (p && record) record_alloc(AllocFn::Calloc, p, n * size, HEAPSNAP_CALLER);
+    frame.owe(false);
     return p;
 }
 
@@ -561,9 +659,11 @@ void* reallocate(AllocFn fn, void* old, size_t size, Caller caller) {
         }
         return fresh;
     }
+    HookFrame frame(caller.frame);
     bool record = should_record();
+    frame.owe(record);
     bool old_recorded = record && old && record_free(old);
-    void* p = call_allocator(real.realloc, old, size);
+    void* p = call_allocator(frame, record, real.realloc, old, size);
     if (record) {
         if (p) {
             record_alloc(fn, p, size, caller);
@@ -573,9 +673,20 @@ void* reallocate(AllocFn fn, void* old, size_t size, Caller caller) {
             record_alloc_unsampled(fn, old, malloc_usable_size(old), caller);
         }
     }
+    frame.owe(false);
     return p;
 }
 
+// The memalign family: `call` makes the real call.
+template <class Call>
+__attribute__((always_inline)) inline void* aligned(AllocFn fn, size_t size, Caller caller, Call&& call) {
+    HookFrame frame(caller.frame);
+    bool record = should_record();
+    void* p = call_allocator(frame, record, call);
+    if (p && record) record_alloc(fn, p, size, caller);
+    frame.owe(false);
+    return p;
+}
 
 }  // namespace
 
@@ -603,9 +714,7 @@ HEAPSNAP_EXPORT void* reallocarray(void* old, size_t n, size_t elem) {
 
 HEAPSNAP_EXPORT void* memalign(size_t align, size_t size) {
     if (!ready()) return bootstrap_alloc(size, align < 16 ? 16 : align);
-    void* p = call_allocator(real.memalign, align, size);
-    if (p && should_record()) record_alloc(AllocFn::Memalign, p, size, HEAPSNAP_CALLER);
-    return p;
+    return aligned(AllocFn::Memalign, size, HEAPSNAP_CALLER, [&] { return real.memalign(align, size); });
 }
 
 HEAPSNAP_EXPORT int posix_memalign(void** out, size_t align, size_t size) {
@@ -613,63 +722,92 @@ HEAPSNAP_EXPORT int posix_memalign(void** out, size_t align, size_t size) {
         *out = bootstrap_alloc(size, align < 16 ? 16 : align);
         return *out ? 0 : ENOMEM;
     }
-    int r = call_allocator(real.posix_memalign, out, align, size);
-    if (r == 0 && should_record()) record_alloc(AllocFn::PosixMemalign, *out, size, HEAPSNAP_CALLER);
+    int r = 0;
+    aligned(AllocFn::PosixMemalign, size, HEAPSNAP_CALLER, [&] {
+        r = real.posix_memalign(out, align, size);
+        return r == 0 ? *out : nullptr;
+    });
     return r;
 }
 
 HEAPSNAP_EXPORT void* aligned_alloc(size_t align, size_t size) {
     if (!ready()) return bootstrap_alloc(size, align < 16 ? 16 : align);
-    void* p = call_allocator(real.aligned_alloc, align, size);
-    if (p && should_record()) record_alloc(AllocFn::AlignedAlloc, p, size, HEAPSNAP_CALLER);
-    return p;
+    return aligned(AllocFn::AlignedAlloc, size, HEAPSNAP_CALLER, [&] { return real.aligned_alloc(align, size); });
 }
 
 HEAPSNAP_EXPORT void* valloc(size_t size) {
     if (!ready()) return bootstrap_alloc(size, 4096);
-    void* p = call_allocator(real.valloc, size);
-    if (p && should_record()) record_alloc(AllocFn::Valloc, p, size, HEAPSNAP_CALLER);
-    return p;
+    return aligned(AllocFn::Valloc, size, HEAPSNAP_CALLER, [&] { return real.valloc(size); });
 }
 
 HEAPSNAP_EXPORT void* pvalloc(size_t size) {
     if (!ready()) return bootstrap_alloc(size, 4096);
-    void* p = call_allocator(real.pvalloc, size);
-    if (p && should_record()) record_alloc(AllocFn::Pvalloc, p, size, HEAPSNAP_CALLER);
-    return p;
+    return aligned(AllocFn::Pvalloc, size, HEAPSNAP_CALLER, [&] { return real.pvalloc(size); });
 }
 
 // ---- anonymous mappings --------------------------------------------------------
 
+// These hooks run with every signal blocked (thread_state.h): the tables
+// they note ranges in are locked, and a mapping is recorded together with
+// the call that made it, so a handler that leaves by siglongjmp leaves
+// before the call or after its record. Two system calls more to a call
+// that is one itself (and often faults pages in).
+
+namespace {
+
+// Who made an anonymous mapping (or unmaps one) while the thread is inside
+// the allocator or a stack capture: the allocator or libunwind themselves,
+// or a signal handler that interrupted them (`caller`: the hook's return
+// address).
+enum class MappingOwner { Program, AllocatorHeap, Recorder };
+
+MappingOwner owner_of(const ThreadState& t, uint64_t caller) {
+    if (t.in_allocator && g_allocator_code.holds(caller)) return MappingOwner::AllocatorHeap;
+    if (t.capturing) return g_unwinder_code.holds(caller) ? MappingOwner::Recorder : MappingOwner::Program;
+    // Outside a capture, `internal` is only ever raised with signals
+    // blocked, or on the writer thread: nothing of the program's runs then.
+    if (t.internal) return MappingOwner::Recorder;
+    return MappingOwner::Program;
+}
+
+}  // namespace
+
 HEAPSNAP_EXPORT void* mmap(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
     if (!ready()) return reinterpret_cast<void*>(syscall(SYS_mmap, addr, length, prot, flags, fd, offset));
+    if (!(flags & MAP_ANONYMOUS)) return real.mmap(addr, length, prot, flags, fd, offset);
+    auto caller = reinterpret_cast<uint64_t>(__builtin_return_address(0));
+    SignalsBlocked blocked;
     void* p = real.mmap(addr, length, prot, flags, fd, offset);
-    if (p == MAP_FAILED || !(flags & MAP_ANONYMOUS)) return p;
-    const ThreadState& t = thread_state();
-    if (t.in_allocator) {
-        // jemalloc, tcmalloc, mimalloc mapping their heap (allocator.h):
-        // its blocks are recorded one by one, the mapping is Heap.
-        auto start = reinterpret_cast<uint64_t>(p);
-        note_allocator_mapping(start, start + length);
-    } else if (t.internal) {
-        // libunwind's caches and the like: the recorder's memory, not the program's.
-        auto start = reinterpret_cast<uint64_t>(p);
-        note_recorder_range(start, start + length);
-    } else if (should_record()) {
-        record_mmap(p, length, prot, flags);
+    if (p == MAP_FAILED) return p;
+    auto start = reinterpret_cast<uint64_t>(p);
+    switch (owner_of(thread_state(), caller)) {
+        case MappingOwner::AllocatorHeap:
+            // jemalloc, tcmalloc, mimalloc mapping their heap (allocator.h):
+            // its blocks are recorded one by one, the mapping is Heap.
+            note_allocator_mapping(start, start + length);
+            break;
+        case MappingOwner::Recorder:
+            // libunwind's caches and the like: the recorder's memory, not the program's.
+            note_recorder_range(start, start + length);
+            break;
+        case MappingOwner::Program:
+            if (should_record()) record_mmap(p, length, prot, flags);
+            break;
     }
     return p;
 }
 
-HEAPSNAP_EXPORT void* mmap64(void* addr, size_t length, int prot, int flags, int fd, off_t offset) {
-    return mmap(addr, length, prot, flags, fd, offset);
-}
+HEAPSNAP_EXPORT void* mmap64(void* addr, size_t length, int prot, int flags, int fd, off_t offset)
+    __attribute__((alias("mmap")));
 
 HEAPSNAP_EXPORT int munmap(void* addr, size_t length) {
     if (!ready()) return static_cast<int>(syscall(SYS_munmap, addr, length));
+    auto caller = reinterpret_cast<uint64_t>(__builtin_return_address(0));
+    SignalsBlocked blocked;
     auto start = reinterpret_cast<uint64_t>(addr);
     if (forget_recorder_range(start, start + length)) return real.munmap(addr, length);
-    if (thread_state().in_allocator) {
+    const ThreadState& t = thread_state();
+    if (owner_of(t, caller) == MappingOwner::AllocatorHeap) {
         forget_allocator_mapping(start, start + length);
         return real.munmap(addr, length);
     }
@@ -686,7 +824,9 @@ HEAPSNAP_EXPORT void* mremap(void* old, size_t old_size, size_t new_size, int fl
         target = va_arg(ap, void*);
         va_end(ap);
     }
-    if (thread_state().in_allocator) {
+    auto caller = reinterpret_cast<uint64_t>(__builtin_return_address(0));
+    SignalsBlocked blocked;
+    if (owner_of(thread_state(), caller) == MappingOwner::AllocatorHeap) {
         auto from = reinterpret_cast<uint64_t>(old);
         forget_allocator_mapping(from, from + old_size);
         void* p = real.mremap(old, old_size, new_size, flags, target);
@@ -698,10 +838,12 @@ HEAPSNAP_EXPORT void* mremap(void* old, size_t old_size, size_t new_size, int fl
     if (record) record_munmap(old, old_size);
     void* p = real.mremap(old, old_size, new_size, flags, target);
     if (record) {
+        int saved = errno;
         if (p != MAP_FAILED)
             record_mmap(p, new_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS);
         else
             record_mmap(old, old_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS);
+        errno = saved;
     }
     return p;
 }
@@ -808,8 +950,9 @@ HEAPSNAP_EXPORT int pthread_create(pthread_t* thread, const pthread_attr_t* attr
                                    void* arg) {
     if (!ready()) return EAGAIN;
     ThreadState& t = thread_state();
-    // The recorder's own thread (created while internal) is not the program's.
-    if (t.internal || !recorder_active()) return real.pthread_create(thread, attr, routine, arg);
+    // The recorder's own thread (created while internal) is not the
+    // program's; a signal handler's, during a stack capture, is.
+    if ((t.internal && !t.capturing) || !recorder_active()) return real.pthread_create(thread, attr, routine, arg);
     StartArgs* args = take_start_args();
     if (!args) return real.pthread_create(thread, attr, routine, arg);
     args->routine = routine;
@@ -822,11 +965,16 @@ HEAPSNAP_EXPORT int pthread_create(pthread_t* thread, const pthread_attr_t* attr
 
 namespace {
 
+// The log ends before the real call; if the call fails, or a signal
+// handler leaves it by siglongjmp (jump), recording goes on in a new log.
 template <class Call>
 int around_exec(Call&& call) {
+    ThreadState& t = thread_state();
+    t.exec_sp = reinterpret_cast<uint64_t>(__builtin_frame_address(0));
     before_exec();
     int r = call();
     int saved = errno;
+    t.exec_sp = 0;
     after_failed_exec();
     errno = saved;
     return r;
@@ -837,14 +985,39 @@ int around_exec(Call&& call) {
 HEAPSNAP_EXPORT int dlclose(void* handle) {
     auto real_dlclose = ready() && real.dlclose ? real.dlclose
                                                 : reinterpret_cast<int (*)(void*)>(dlsym(RTLD_NEXT, "dlclose"));
-    if (should_record()) {
-        ThreadState& t = thread_state();
-        t.internal++;
-        writer_take_published();
-        t.internal--;
-    }
+    thread_state();
+    if (should_record()) writer_take_published();
     return real_dlclose(handle);
 }
+
+// ---- leaving a hook by longjmp ------------------------------------------------
+
+namespace {
+
+[[noreturn]] void jump(void (*real_jump)(__jmp_buf_tag*, int), __jmp_buf_tag* env, int value) {
+    if (ready()) {
+        uint64_t target = jump_target_sp(env);
+        abandon_hook(target);
+        ThreadState& t = thread_state();
+        if (t.exec_sp && leaves(t.exec_sp, target)) {
+            t.exec_sp = 0;
+            after_failed_exec();
+        }
+    }
+    real_jump(env, value);
+    __builtin_unreachable();
+}
+
+}  // namespace
+
+HEAPSNAP_EXPORT void longjmp(__jmp_buf_tag env[1], int value) { jump(real.longjmp, env, value); }
+
+HEAPSNAP_EXPORT void _longjmp(__jmp_buf_tag env[1], int value) { jump(real.longjmp_, env, value); }
+
+HEAPSNAP_EXPORT void siglongjmp(__jmp_buf_tag env[1], int value) { jump(real.siglongjmp, env, value); }
+
+extern "C" void __longjmp_chk(__jmp_buf_tag env[1], int value) __attribute__((noreturn));
+HEAPSNAP_EXPORT void __longjmp_chk(__jmp_buf_tag env[1], int value) { jump(real.longjmp_chk, env, value); }
 
 // _exit and _Exit run no destructor, so the library's, which ends the log
 // at exit, never runs: the log is ended here instead. dash leaves so on

@@ -15,8 +15,6 @@
 
 namespace heapsnap::recorder {
 
-struct ThreadRing;
-
 inline constexpr uint32_t kDefaultDepth = 64;
 inline constexpr uint32_t kMaxDepth = 256;
 inline constexpr uint32_t kMaxPathLen = 4096;
@@ -42,9 +40,6 @@ bool recorder_active();
 bool ensure_initialized();
 // CLOCK_MONOTONIC at recorder start: event times count from here.
 uint64_t start_time_ns();
-
-// Arranges for the thread's exit to be recorded and its ring retired.
-void watch_thread_exit(ThreadRing* ring);
 
 // HEAPSNAP_VERIFY_STACKS: counts a stack checked against libunwind's (by
 // the hook, or by the writer where the stack had a local key).
@@ -93,6 +88,11 @@ void stop_recording();
 // (hooks.cpp): where the recorder may be starting inside glibc's own
 // calloc for its exit-handler list (preload.cpp, register_exit_handler).
 bool starting_in_calloc();
+
+// Undoes what the calling thread's malloc-family hook left raised when a
+// signal handler left it for a frame at or above `target_sp` (siglongjmp,
+// longjmp; UINT64_MAX: the thread exits): see thread_state.h (hooks.cpp).
+void abandon_hook(uint64_t target_sp);
 
 // fork/exec hooks.
 void before_exec();

@@ -68,8 +68,8 @@ void put_region(const addrspace::RawRegion& r, void* ctx) {
 
 uint32_t take_marker(hslog::MarkerCause cause, const char* label) {
     if (!recorder_active()) return 0;
-    ThreadState& ts = thread_state();
-    ts.internal++;
+    // Nothing here allocates through the hooks, so `internal` stays down: a
+    // signal handler's events meanwhile are recorded (thread_state.h).
     // One mapping for both buffers, kept apart from every other by
     // MADV_DONTFORK (the kernel merges only neighbours with the same
     // flags), so the smaps it reads show it as one region to leave out.
@@ -142,7 +142,6 @@ uint32_t take_marker(hslog::MarkerCause cause, const char* label) {
         payload = nullptr;
     }
     raw_unmap(payload, kPayloadBytes + kScratchBytes);
-    ts.internal--;
     return index;
 }
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "recorder/spinlock.h"
+#include "recorder/thread_state.h"
 
 namespace heapsnap::recorder {
 namespace {
@@ -40,7 +41,6 @@ pid_t g_owner = 0;
 // vacate moves g_side over and waits until the side it left has none.
 std::atomic<unsigned> g_side{0};
 std::atomic<int> g_users[2];
-__thread int t_uses;  // initial-exec (meson.build)
 
 int nofile_limit(rlimit* lim) { return static_cast<int>(syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, nullptr, lim)); }
 int set_nofile_limit(const rlimit* lim) {
@@ -159,20 +159,20 @@ void own_fd_vacate(int fd) {
     // until it is done. Not for a use this very thread is inside (a signal
     // handler that interrupted it): that one cannot end meanwhile.
     unsigned left = g_side.fetch_add(1, std::memory_order_seq_cst) & 1;
-    if (t_uses == 0)
+    if (thread_state().own_fd_uses == 0)
         while (g_users[left].load(std::memory_order_seq_cst) != 0) sched_yield();
     syscall(SYS_close, fd);
 }
 
 OwnFdUse::OwnFdUse() {
-    t_uses++;
+    thread_state().own_fd_uses++;
     side_ = g_side.load(std::memory_order_seq_cst) & 1;
     g_users[side_].fetch_add(1, std::memory_order_seq_cst);
 }
 
 OwnFdUse::~OwnFdUse() {
     g_users[side_].fetch_sub(1, std::memory_order_release);
-    t_uses--;
+    thread_state().own_fd_uses--;
 }
 
 void fd_limit_lock() { g_limit_lock.lock(); }
@@ -184,7 +184,7 @@ void own_fds_forget_after_fork() {
     g_limit_lock.reset();
     g_users[0].store(0);
     g_users[1].store(0);
-    t_uses = 0;
+    thread_state().own_fd_uses = 0;
     for (Entry& e : g_entries)
         if (e.taken.load(std::memory_order_relaxed)) {
             e.fd.store(-1);

@@ -33,6 +33,8 @@
 
 #include <atomic>
 
+#include "recorder/thread_state.h"
+
 namespace heapsnap::recorder {
 
 inline constexpr int kMaxOwnFds = 24;
@@ -74,11 +76,13 @@ private:
 };
 
 // The setrlimit and prlimit hooks call the real function through this:
-// never while the recorder has the soft limit raised.
+// never while the recorder has the soft limit raised. Signals are blocked
+// meanwhile, as for every lock of the recorder's (spinlock.h).
 void fd_limit_lock();
 void fd_limit_unlock();
 template <class Fn>
 int with_fd_limit_lock(Fn&& fn) {
+    SignalsBlocked blocked;
     fd_limit_lock();
     int r = fn();
     fd_limit_unlock();

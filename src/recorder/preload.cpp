@@ -60,14 +60,11 @@ uint64_t g_start_ns = 0;
 // The process the recorder state belongs to. A vfork child shares our
 // memory but not our pid: it must not touch the parent's writer.
 pid_t g_owner = 0;
-pthread_key_t g_exit_key;
 // The thread ending the log (finish_log); 0: none.
 std::atomic<pid_t> g_finishing{0};
 // This log is a fork child's (start_child_log): one that records nothing
 // before it execs is removed (writer_discard_if_empty).
 bool g_fork_child = false;
-// Inside daemon(3) on this thread: a fork's parent then leaves at once.
-__thread bool t_in_daemon;  // initial-exec (meson.build)
 
 // The environment as the process got it, read and edited in `environ`
 // itself: getenv, setenv and unsetenv may be the program's own (bash
@@ -265,16 +262,27 @@ void leave_environment() {
     if (out == preload) remove_env("LD_PRELOAD");
 }
 
+// Every thread's exit, once it has a state (thread_state.h). A handler
+// that called pthread_exit inside a hook left that hook for good.
 void on_thread_exit(void*) {
-    Slot slot{};
-    slot.kind = SlotKind::ThreadExit;
-    emit(slot);
-    retire_current_thread();
+    ThreadState& t = thread_state();
+    abandon_hook(UINT64_MAX);
+    bool recorded = t.ring != nullptr;
+    if (recorded) {
+        Slot slot{};
+        slot.kind = SlotKind::ThreadExit;
+        emit(slot);
+        retire_current_thread();
+    }
     release_stack_cache();
-    if (live_thread_count() == 0) writer_pause();
+    retire_thread_state(t);
+    if (recorded && live_thread_count() == 0) writer_pause();
 }
 
+// From here to the fork's parent or child handler, signals are blocked:
+// the locks below are held across the fork.
 void before_fork() {
+    block_signals_until_unblocked();
     thread_state().internal++;
     // Lock order as in the writer: writer lock (inside writer_*), registry,
     // stack insertion, metadata. Taking them here means the child never
@@ -291,7 +299,8 @@ void after_fork_parent() {
     stack_insert_lock().unlock();
     registry_lock().unlock();
     thread_state().internal--;
-    if (t_in_daemon) before_underscore_exit();
+    unblock_signals();
+    if (thread_state().in_daemon) before_underscore_exit();
 }
 
 void after_fork_child() {
@@ -303,11 +312,12 @@ void after_fork_child() {
     reset_stack_caches_after_fork();
     writer_forget_after_fork();
     g_finishing.store(0);
-    t_in_daemon = false;
+    thread_state().in_daemon = false;
     metadata_clear();
     int state = g_state.load();
     if (state == Active) g_state.store(g_config.follow ? ForkPending : Disabled);
     thread_state().internal--;
+    unblock_signals();
 }
 
 // The child's first event: describe the modules and stacks again, open the
@@ -388,7 +398,7 @@ bool initialize() {
         LockGuard guard(metadata_lock());
         rescan_modules(true);
     }
-    if (pthread_key_create(&g_exit_key, on_thread_exit) != 0) return false;
+    if (!watch_thread_exits(on_thread_exit)) return false;
     current_thread_index();  // the thread that starts the process is thread 0
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
     at_quick_exit(on_quick_exit);
@@ -423,6 +433,8 @@ bool ensure_initialized() {
     if (state == Active) return true;
     if (state != Uninitialized && state != ForkPending) return false;
     if (!g_state.compare_exchange_strong(state, Initializing)) return g_state.load() == Active;
+    // Blocked: a handler never finds `internal` raised here.
+    SignalsBlocked blocked;
     ThreadState& t = thread_state();
     t.internal++;
     bool ok = state == Uninitialized ? initialize() : start_child_log();
@@ -432,8 +444,6 @@ bool ensure_initialized() {
 }
 
 uint64_t start_time_ns() { return g_start_ns; }
-
-void watch_thread_exit(ThreadRing* ring) { pthread_setspecific(g_exit_key, ring); }
 
 void format_uint(uint64_t v, char* out) {
     char tmp[24];
@@ -494,10 +504,10 @@ void continue_in_new_log() {
 
 void after_failed_exec() { continue_in_new_log(); }
 
-void before_daemon() { t_in_daemon = true; }
+void before_daemon() { thread_state().in_daemon = true; }
 
 void after_daemon(int result) {
-    t_in_daemon = false;
+    thread_state().in_daemon = false;
     if (result != 0)
         continue_in_new_log();
     else
@@ -546,7 +556,7 @@ void before_underscore_exit() {
     // log) until it execs or leaves; not from a signal handler that
     // interrupted the recorder on this thread (mid_recording): that log
     // keeps what was written and has no end, as a killed process's.
-    if (g_state.load() != Active || getpid() != g_owner || thread_state().mid_recording()) return;
+    if (g_state.load() != Active || getpid() != g_owner || mid_recording(thread_state())) return;
     finish_log();
 }
 
@@ -556,6 +566,7 @@ using namespace heapsnap::recorder;
 
 HEAPSNAP_EXPORT int heapsnap_marker_v1(const char* label) {
     if (!recorder_active()) return 0;
+    HookFrame frame(__builtin_frame_address(0));
     return take_marker(heapsnap::hslog::MarkerCause::User, label ? label : "") != 0 ? 1 : 0;
 }
 

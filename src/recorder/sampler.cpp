@@ -1,6 +1,7 @@
 // The sampled-block set is a linear-probing table of addresses with
 // backward-shift deletion (no tombstones, so it never needs rebuilding at
-// the same size) guarded by a sequence lock: writers (under g_lock) make
+// the same size) guarded by a sequence lock: writers (under g_lock, so
+// with signals blocked: no handler looks while its own thread writes) make
 // the sequence odd while they change the table, readers retry when it
 // moved. Tables only grow, by doubling; an outgrown table is never unmapped
 // (a reader may still be probing it), which costs at most the size of the
@@ -14,6 +15,7 @@
 #include "recorder/lifecycle.h"
 #include "recorder/raw_alloc.h"
 #include "recorder/spinlock.h"
+#include "recorder/thread_state.h"
 
 namespace heapsnap::recorder {
 namespace {
@@ -29,14 +31,6 @@ SpinLock g_lock;
 std::atomic<uint64_t> g_sequence{0};
 std::atomic<Table*> g_table{nullptr};
 uint64_t g_live = 0;  // guarded by g_lock
-
-struct SampleState {
-    int64_t countdown;
-    uint64_t rng;
-    bool seeded;
-    bool writing;  // inside a table change: a signal handler must not wait for it
-};
-__thread SampleState t_sample __attribute__((tls_model("initial-exec")));
 
 uint64_t hash(uint64_t key) {
     key ^= key >> 33;
@@ -111,14 +105,10 @@ bool lookup(uint64_t key) {
 
 void insert(uint64_t key) {
     LockGuard guard(g_lock);
-    t_sample.writing = true;
     Table* t = g_table.load(std::memory_order_relaxed);
     if (!t || (g_live + 1) * 2 > t->mask + 1) {
         Table* bigger = new_table(t ? (t->mask + 1) * 2 : kInitialSlots);
-        if (!bigger) {  // out of memory: this block's free goes unrecorded
-            t_sample.writing = false;
-            return;
-        }
+        if (!bigger) return;  // out of memory: this block's free goes unrecorded
         if (t)
             for (uint64_t i = 0; i <= t->mask; ++i)
                 if (uint64_t k = t->keys[i].load(std::memory_order_relaxed)) put(bigger, k);
@@ -131,7 +121,6 @@ void insert(uint64_t key) {
     put(t, key);
     end_write();
     g_live++;
-    t_sample.writing = false;
 }
 
 // -ln(u) for u in (0, 1], without libm: u = m * 2^e with m in [1, 2), and
@@ -149,14 +138,14 @@ double minus_ln(double u) {
     return -(exponent * 0.6931471805599453 + ln_m);
 }
 
-uint64_t next_random(SampleState& s) {  // xorshift64*
+uint64_t next_random(SampleThread& s) {  // xorshift64*
     s.rng ^= s.rng >> 12;
     s.rng ^= s.rng << 25;
     s.rng ^= s.rng >> 27;
     return s.rng * 0x2545F4914F6CDD1DULL;
 }
 
-int64_t next_distance(SampleState& s) {
+int64_t next_distance(SampleThread& s) {
     double u = static_cast<double>((next_random(s) >> 11) + 1) * 0x1.0p-53;  // (0, 1]
     return static_cast<int64_t>(minus_ln(u) * static_cast<double>(config().sample_bytes)) + 1;
 }
@@ -166,8 +155,7 @@ int64_t next_distance(SampleState& s) {
 bool sampling() { return config().sample_bytes != 0; }
 
 bool sample_allocation(uint64_t addr, uint64_t size) {
-    SampleState& s = t_sample;
-    if (s.writing) return false;  // a signal handler amid this thread's table change
+    SampleThread& s = thread_state().sample;
     if (!s.seeded) {
         s.rng = hash(static_cast<uint64_t>(gettid()) ^ __builtin_ia32_rdtsc() ^ reinterpret_cast<uint64_t>(&s)) | 1;
         s.countdown = next_distance(s);
@@ -182,24 +170,16 @@ bool sample_allocation(uint64_t addr, uint64_t size) {
     return true;
 }
 
-void keep_sampled(uint64_t addr) {
-    if (!t_sample.writing) insert(addr);
-}
+void keep_sampled(uint64_t addr) { insert(addr); }
 
 bool release_sampled(uint64_t addr) {
-    // A signal handler amid this thread's table change cannot look: its
-    // free is recorded, and if the block was not sampled the replay counts
-    // it as a free of an unknown block.
-    if (t_sample.writing) return true;
     if (!lookup(addr)) return false;
     LockGuard guard(g_lock);
-    t_sample.writing = true;
     Table* t = g_table.load(std::memory_order_relaxed);
     begin_write();
     bool erased = erase(t, addr);
     end_write();
     if (erased) g_live--;
-    t_sample.writing = false;
     return erased;
 }
 

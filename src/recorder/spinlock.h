@@ -2,6 +2,9 @@
 // interning a new stack, queuing metadata). It never allocates and never
 // calls into pthread, so it is safe inside malloc and in a fork child.
 // Contended waiters spin a while, then yield; these sections are short.
+// It is held with every signal blocked (LockGuard): a signal handler that
+// re-enters the recorder on the holder's thread would wait for the holder
+// for ever, and one that leaves by siglongjmp would leave it held.
 //
 // Why spin: when the writer began to encode new stacks' Stack records
 // under the metadata lock, which inserting a stack then took too, a
@@ -22,6 +25,8 @@
 #include <sched.h>
 
 #include <atomic>
+
+#include "recorder/thread_state.h"
 
 namespace heapsnap::recorder {
 
@@ -60,6 +65,9 @@ private:
     std::atomic<bool> flag_{false};
 };
 
+// Blocks signals, then takes the lock; releases it, then unblocks. The
+// writer thread runs with signals blocked for good and makes no system
+// call here.
 class LockGuard {
 public:
     explicit LockGuard(SpinLock& lock) : lock_(lock) { lock_.lock(); }
@@ -68,6 +76,7 @@ public:
     LockGuard& operator=(const LockGuard&) = delete;
 
 private:
+    SignalsBlocked blocked_;
     SpinLock& lock_;
 };
 

@@ -24,8 +24,6 @@ using append_state::g_stamp_tick;
 
 namespace {
 
-__thread ThreadState t_state;
-
 SpinLock g_registry_lock;
 ThreadRing* g_rings = nullptr;      // registered, in registration order
 ThreadRing* g_free_rings = nullptr;  // drained, ready for reuse
@@ -41,9 +39,9 @@ std::atomic<uint64_t> g_unrecorded{0};
 std::atomic<uint32_t> g_live_threads{0};
 
 // Events of threads whose own ring was already retired (frees run by TLS
-// destructors after our key destructor) share one ring under a lock.
+// destructors after our key destructor) share one ring under a lock, held
+// with signals blocked (LockGuard): no handler appends there meanwhile.
 SpinLock g_shared_lock;
-std::atomic<long> g_shared_owner{0};
 ThreadRing* g_shared_ring = nullptr;
 
 ThreadRing* new_ring(uint32_t thread_index) {
@@ -81,20 +79,11 @@ void append(ThreadRing& ring, const Slot& slot) {
 }
 
 bool emit_shared(const Slot& slot) {
-    long self = gettid();
-    bool nested = g_shared_owner.load(std::memory_order_relaxed) == self;
-    if (!nested) {
-        g_shared_lock.lock();
-        g_shared_owner.store(self, std::memory_order_relaxed);
-        if (!g_shared_ring) g_shared_ring = new_ring(0);
-    }
-    bool ok = g_shared_ring != nullptr;
-    if (ok) append(*g_shared_ring, slot);
-    if (!nested) {
-        g_shared_owner.store(0, std::memory_order_relaxed);
-        g_shared_lock.unlock();
-    }
-    return ok;
+    LockGuard guard(g_shared_lock);
+    if (!g_shared_ring) g_shared_ring = new_ring(0);
+    if (!g_shared_ring) return false;
+    append(*g_shared_ring, slot);
+    return true;
 }
 
 }  // namespace
@@ -124,11 +113,10 @@ __attribute__((noinline)) void wait_for_room(ThreadRing& ring, uint64_t needed) 
 
 }  // namespace append_state
 
-ThreadState& thread_state() { return t_state; }
-
 bool append_stack_def(uint32_t key, const uint64_t* fresh, uint32_t n, uint32_t shared, uint64_t hash) {
-    ThreadRing* ring = t_state.ring;
-    if (!ring || t_state.retired || !recorder_active()) return false;
+    const ThreadState& t = thread_state();
+    ThreadRing* ring = t.ring;
+    if (!ring || !recorder_active()) return false;
     const uint32_t differ = n - shared;
     uint64_t count = stack_def_slots(differ);
     Slot& head = begin_append(*ring, count);
@@ -144,7 +132,7 @@ bool append_stack_def(uint32_t key, const uint64_t* fresh, uint32_t n, uint32_t 
     head.addr = hash;
     head.size = uint64_t{shared} << 32 | n;
     head.stack = key;
-    head.thread = t_state.thread_index;
+    head.thread = t.thread_index;
     for (uint64_t i = 1; i < count; ++i) {
         Slot& data = ring->slots[(first + i) % kRingSlots];
         data.ts = ts;
@@ -157,40 +145,44 @@ bool append_stack_def(uint32_t key, const uint64_t* fresh, uint32_t n, uint32_t 
 }
 
 uint32_t current_thread_index() {
-    if (!t_state.has_index) {
-        t_state.thread_index = g_next_thread.fetch_add(1, std::memory_order_relaxed);
-        t_state.has_index = true;
+    ThreadState& t = thread_state();
+    if (!t.has_index) {
+        t.thread_index = g_next_thread.fetch_add(1, std::memory_order_relaxed);
+        t.has_index = true;
     }
-    return t_state.thread_index;
+    return t.thread_index;
 }
 
 bool emit_slow(const Slot& event) {
     if (!recorder_active()) return false;
     Slot slot = event;
     slot.thread = current_thread_index();
-    if (t_state.retired) {
+    ThreadState& t = thread_state();
+    if (t.status == ThreadStatus::Retired) {
         if (emit_shared(slot)) return true;
         note_unrecorded(1);
         return false;
     }
-    if (!t_state.ring) {
-        t_state.internal++;
-        t_state.ring = new_ring(slot.thread);
-        if (t_state.ring) {
+    if (!t.ring) {
+        // Blocked: a handler never finds `internal` raised here.
+        SignalsBlocked blocked;
+        t.internal++;
+        t.ring = new_ring(slot.thread);
+        if (t.ring) {
             g_live_threads.fetch_add(1, std::memory_order_relaxed);
-            watch_thread_exit(t_state.ring);
+            watch_thread_exit(t);
             // Paused by the last thread's exit; never from inside the
             // allocator, which may hold the lock pthread_create's calloc
             // needs (ThreadState::in_allocator).
-            if (!writer_running() && !t_state.in_allocator) writer_start_thread();
+            if (!writer_running() && !t.in_allocator) writer_start_thread();
         }
-        t_state.internal--;
-        if (!t_state.ring) {
+        t.internal--;
+        if (!t.ring) {
             note_unrecorded(1);
             return false;
         }
     }
-    append(*t_state.ring, slot);
+    append(*t.ring, slot);
     return true;
 }
 
@@ -200,13 +192,29 @@ void note_unrecorded(uint64_t events) {
 
 uint64_t unrecorded_events() { return g_unrecorded.load(std::memory_order_relaxed); }
 
+uint32_t abandon_appends(ThreadRing& ring) {
+    if (!ring.depth) return 0;
+    uint64_t ts = now_ticks();
+    for (uint64_t i = ring.head.load(std::memory_order_relaxed); i < ring.local_head; ++i) {
+        Slot& s = ring.slots[i % kRingSlots];
+        s.kind = SlotKind::Void;
+        s.ts = ts;
+    }
+    // Less the open append itself, and the handlers' appends still open.
+    uint32_t lost = ring.nested_events + 1 > ring.depth ? ring.nested_events + 1 - ring.depth : 0;
+    ring.depth = 1;
+    publish_append(ring);
+    return lost;
+}
+
 void retire_current_thread() {
-    ThreadRing* ring = t_state.ring;
+    ThreadState& t = thread_state();
+    ThreadRing* ring = t.ring;
     if (!ring) return;
     // A signal handler from here on appends to the shared ring: once
     // retired, the writer may unmap this one.
-    t_state.ring = nullptr;
-    t_state.retired = true;
+    t.ring = nullptr;
+    retire_thread_state(t);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     ring->retired.store(1, std::memory_order_release);
     g_live_threads.fetch_sub(1, std::memory_order_relaxed);
@@ -287,7 +295,6 @@ void reset_rings_after_fork() {
     // there): the append writes to it when the handler returns.
     g_registry_lock.reset();
     g_shared_lock.reset();
-    g_shared_owner.store(0, std::memory_order_relaxed);
     for (ThreadRing* r = g_rings; r;) {
         ThreadRing* next = r->next;
         if (!r->depth) {
@@ -302,8 +309,8 @@ void reset_rings_after_fork() {
     g_rings_created.store(0, std::memory_order_relaxed);  // this thread alone
     stamp_tick_make_stale();  // no writer thread here yet
     g_shared_ring = nullptr;
-    t_state.ring = nullptr;
-    t_state.retired = false;
+    ThreadState& t = thread_state();
+    t.ring = nullptr;
     g_live_threads.store(0, std::memory_order_relaxed);
 }
 

@@ -84,11 +84,15 @@
 #include "recorder/clock.h"
 #include "recorder/lifecycle.h"
 #include "recorder/spinlock.h"
+#include "recorder/thread_state.h"
 #include "recorder/writer.h"
 
 namespace heapsnap::recorder {
 
-enum class SlotKind : uint8_t { Alloc, Free, Mmap, Munmap, ThreadStart, ThreadExit, Marker, StackDef };
+// Void: a slot of an append a signal handler abandoned (thread_state.h);
+// the writer skips it. StackDef and Void come last: the writer's round
+// tells them from events with one comparison.
+enum class SlotKind : uint8_t { Alloc, Free, Mmap, Munmap, ThreadStart, ThreadExit, Marker, StackDef, Void };
 
 struct Slot {
     uint64_t ts;
@@ -150,6 +154,7 @@ struct ThreadRing {
     // Producer-private.
     alignas(64) uint64_t local_head = 0;  // next slot to fill
     uint32_t depth = 0;                   // hook nesting
+    uint32_t nested_events = 0;           // appends of signal handlers inside the open one
     uint32_t thread_index = 0;
     uint64_t stamp = 0;       // the last clock reading (one thread recording)
     uint64_t stamp_tick = 0;  // the stamp tick it was read under
@@ -159,32 +164,11 @@ struct ThreadRing {
     alignas(64) Slot slots[kRingSlots];
 };
 
-// What each thread keeps in (initial-exec) TLS.
-struct ThreadState {
-    ThreadRing* ring = nullptr;
-    uint32_t thread_index = 0;
-    bool has_index = false;
-    bool retired = false;  // its ring is gone; later events use the shared ring
-    uint32_t internal = 0;  // >0: inside the recorder; hooks pass through unrecorded
-    // Inside stack capture. Only a signal handler can allocate then (the
-    // capture itself never calls malloc): such events are recorded, with
-    // a deferred stack.
-    bool capturing = false;
-    // >0: inside the real allocator, called from a malloc-family hook. The
-    // allocator may hold its own locks (jemalloc's init lock, an arena's
-    // mutex): nothing the recorder does then may start a thread, or call
-    // anything that allocates, or it waits on that lock for ever. An
-    // anonymous mmap made then is the allocator's own memory (Heap).
-    uint32_t in_allocator = 0;
-
-    // Inside the recorder, or inside an append to the thread's ring: a
-    // signal handler here finds the recorder's state half-made. What it
-    // appends is published with the interrupted append only, which a
-    // handler that leaves the process (_exit) never lets finish.
-    bool mid_recording() const { return internal || (ring && ring->depth); }
-};
-
-ThreadState& thread_state();
+// Inside the recorder, or inside an append to the thread's ring: a signal
+// handler here finds the recorder's state half-made. What it appends is
+// published with the interrupted append only, which a handler that leaves
+// the process (_exit) never lets finish.
+inline bool mid_recording(const ThreadState& t) { return t.internal || (t.ring && t.ring->depth); }
 
 // The append path's shared state, defined in thread_buffer.cpp. The path
 // itself is inline: as two calls per event its prologues and epilogues
@@ -270,6 +254,7 @@ inline uint64_t claim_slot(ThreadRing& ring, uint64_t count = 1) {
 __attribute__((always_inline)) inline Slot& begin_append(ThreadRing& ring, uint64_t count = 1) {
     bool outer = ring.depth++ == 0;
     if (outer) {
+        ring.nested_events = 0;
         if (ring_full(ring, count - 1 + kNestedReserve)) append_state::wait_for_room(ring, count - 1 + kNestedReserve);
         if (append_state::g_asymmetric_fence) {
             ring.in_flight.store(1, std::memory_order_relaxed);
@@ -280,6 +265,7 @@ __attribute__((always_inline)) inline Slot& begin_append(ThreadRing& ring, uint6
     } else {
         // A signal handler inside a hook: the writer can still drain every
         // published slot, which is all but the interrupted ones.
+        ring.nested_events++;
         if (ring_full(ring, count)) append_state::wait_for_room(ring, count);
     }
     uint64_t index = claim_slot(ring, count);
@@ -320,9 +306,9 @@ bool emit_slow(const Slot& slot);
 // built on the stack and copied costs two store-forwarding stalls (a
 // fifth of a free's whole cost on python3), as 16-byte loads read fields
 // just written with narrower stores.
+// `t`: the calling thread's state (hook_state in a hook, else thread_state).
 template <class Fill>
-__attribute__((always_inline)) inline bool emit_with(Fill&& fill) {
-    ThreadState& t = thread_state();
+__attribute__((always_inline)) inline bool emit_with(ThreadState& t, Fill&& fill) {
     ThreadRing* ring = t.ring;
     if (__builtin_expect(ring == nullptr || !recorder_active(), 0)) {
         Slot slot{};
@@ -336,15 +322,26 @@ __attribute__((always_inline)) inline bool emit_with(Fill&& fill) {
     return true;
 }
 
+template <class Fill>
+__attribute__((always_inline)) inline bool emit_with(Fill&& fill) {
+    return emit_with(thread_state(), fill);
+}
+
 inline bool emit(const Slot& slot) {
     return emit_with([&](Slot& s) { s = slot; });
 }
 
-// Events that happened but could not be recorded (no memory for a ring);
-// the writer puts the total in the log before each marker and the End
-// record.
+// Events that happened but could not be recorded (no memory for a ring, a
+// hook a signal handler left by siglongjmp: thread_state.h); the writer
+// puts the total in the log before each marker and the End record.
 void note_unrecorded(uint64_t events);
 uint64_t unrecorded_events();
+
+// The calling thread's appends a signal handler left by siglongjmp: their
+// slots become Void and are published with the rest. Returns how many
+// appends of nested handlers (complete ones; a stack definition among them
+// counts too) went with them.
+uint32_t abandon_appends(ThreadRing& ring);
 
 // The thread index of the calling thread, assigned on first use.
 uint32_t current_thread_index();

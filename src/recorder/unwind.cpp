@@ -13,6 +13,7 @@
 #include "recorder/lifecycle.h"
 #include "recorder/raw_alloc.h"
 #include "recorder/stack_table.h"
+#include "recorder/thread_state.h"
 
 namespace heapsnap::recorder {
 namespace {
@@ -75,29 +76,30 @@ bool bp_matters(const FrameRule& r, bool caller_needs) {
     return uses_bp(r) || (r.rbp_base == FrameRule::Same && caller_needs);
 }
 
-// The calling thread's stack: its top (0: unknown) and how far down from
-// it the walk may read (lo == hi: not at all). The one record of it, for
-// the frame-pointer walk's bound (thread_stack_top) as for readable.
+// The calling thread's stack (UnwindThread::stack_lo, stack_hi): its top
+// (0: unknown) and how far down from it the walk may read (lo == hi: not
+// at all). The one record of it, for the frame-pointer walk's bound
+// (thread_stack_top) as for readable.
 struct ThreadStack {
     uint64_t lo, hi;
 };
-__thread ThreadStack t_stack;  // initial-exec (meson.build)
 
 extern "C" void* __libc_stack_end;  // the main thread's stack top (ld.so)
 
-// t_stack, the main thread's found the first time it is asked for. An
-// unknown stack is looked for again on every call: a fork child's only
-// thread is its main thread.
-const ThreadStack& thread_stack() {
-    ThreadStack& m = t_stack;
-    if (!m.hi && getpid() == gettid()) {
+// The thread's stack, the main thread's found the first time it is asked
+// for. An unknown stack is looked for again on every call: a fork child's
+// only thread is its main thread.
+ThreadStack thread_stack() {
+    UnwindThread& m = thread_state().unwind;
+    if (!m.stack_hi && getpid() == gettid()) {
         rlimit limit{};
         uint64_t room = 8u << 20;
         if (getrlimit(RLIMIT_STACK, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) room = limit.rlim_cur;
         uint64_t hi = reinterpret_cast<uint64_t>(__libc_stack_end);
-        m = ThreadStack{hi > room ? hi - room : 0, hi};
+        m.stack_lo = hi > room ? hi - room : 0;
+        m.stack_hi = hi;
     }
-    return m;
+    return ThreadStack{m.stack_lo, m.stack_hi};
 }
 
 // Whether a walk whose first frame is at `first_sp` may read [from, to)
@@ -115,7 +117,7 @@ const ThreadStack& thread_stack() {
 // Elsewhere (a thread started otherwise, a sigaltstack, a coroutine's
 // stack) nothing is.
 bool readable(uint64_t first_sp, uint64_t from, uint64_t to) {
-    const ThreadStack& m = thread_stack();
+    const ThreadStack m = thread_stack();
     return first_sp >= m.lo && first_sp < m.hi && from >= first_sp && to <= m.hi;
 }
 
@@ -502,9 +504,6 @@ constexpr uint32_t kPoolSlots = kStackCaches;
 constexpr uint32_t kSpareCaches = 8;
 constinit PoolSlot g_pool[kPoolSlots];
 std::atomic<uint32_t> g_next_slot{0};
-__thread uint32_t t_slot;   // 1 + the pool slot this thread tries first; 0: none yet
-__thread uint32_t t_owned;  // 1 + the pool slot this thread owns; 0: none
-__thread bool t_released;   // past release_stack_cache: owns nothing any more
 
 struct Borrowed {
     StackCache* cache;  // null: walk without one
@@ -524,13 +523,14 @@ StackCache* cache_of(PoolSlot& s) {
 
 // The cache the thread owns, borrowed with plain stores; `owned` false
 // when it owns none or is inside a walk already (a signal handler).
+// In a hook (hook_state), or on a thread whose state is zero: a read only.
 Borrowed borrow_owned() {
-    if (t_owned) {
-        PoolSlot& s = g_pool[t_owned - 1];
+    if (uint32_t owned = hook_state().unwind.owned) {
+        PoolSlot& s = g_pool[owned - 1];
         if (!s.owner_walking) {
             s.owner_walking = true;
             std::atomic_signal_fence(std::memory_order_seq_cst);
-            return Borrowed{s.cache.load(std::memory_order_relaxed), t_owned - 1, true};
+            return Borrowed{s.cache.load(std::memory_order_relaxed), owned - 1, true};
         }
     }
     return Borrowed{nullptr, 0, false};
@@ -542,7 +542,7 @@ Borrowed own(StackCache* c, uint32_t i) {
     g_pool[i].owner_walking = true;
     std::atomic_signal_fence(std::memory_order_seq_cst);
     forget_local_keys(c, i);
-    t_owned = i + 1;
+    thread_state().unwind.owned = i + 1;
     return Borrowed{c, i, true};
 }
 
@@ -562,7 +562,7 @@ Borrowed take_lowest_free() {
                 s.busy.store(false, std::memory_order_release);
                 return Borrowed{nullptr, 0, false};
             }
-            t_slot = i + 1;
+            thread_state().unwind.slot = i + 1;
             return own(c, i);
         }
     }
@@ -577,12 +577,13 @@ Borrowed take_lowest_free() {
 // checked against memory before use, never trusted.
 Borrowed borrow() {
     if (Borrowed b = borrow_owned(); b.owned) return b;
-    const bool may_own = !t_owned && !t_released;
-    if (!t_slot && may_own)
+    UnwindThread& u = thread_state().unwind;
+    const bool may_own = !u.owned && !u.released;
+    if (!u.slot && may_own)
         if (Borrowed b = take_lowest_free(); b.cache) return b;
-    if (!t_slot) t_slot = 1 + g_next_slot.fetch_add(1, std::memory_order_relaxed) % kPoolSlots;
+    if (!u.slot) u.slot = 1 + g_next_slot.fetch_add(1, std::memory_order_relaxed) % kPoolSlots;
     for (uint32_t tries = 0; tries < 4; ++tries) {
-        uint32_t i = (t_slot - 1 + tries) % kPoolSlots;
+        uint32_t i = (u.slot - 1 + tries) % kPoolSlots;
         PoolSlot& s = g_pool[i];
         // One walk is not worth mapping a cache for (an exiting thread
         // may just have unmapped this one).
@@ -593,11 +594,19 @@ Borrowed borrow() {
             s.busy.store(false, std::memory_order_release);
             return Borrowed{nullptr, 0, false};
         }
-        t_slot = i + 1;
+        u.slot = i + 1;
         if (may_own) return own(c, i);
+        // A handler that leaves this walk by siglongjmp gives it back
+        // (abandon_stack_walk).
+        u.borrowed = i + 1;
         return Borrowed{c, i, false};
     }
     return Borrowed{nullptr, 0, false};
+}
+
+__attribute__((noinline)) void give_back_borrowed(uint32_t slot) {
+    thread_state().unwind.borrowed = 0;
+    g_pool[slot].busy.store(false, std::memory_order_release);
 }
 
 void give_back(const Borrowed& b) {
@@ -606,7 +615,7 @@ void give_back(const Borrowed& b) {
         std::atomic_signal_fence(std::memory_order_seq_cst);
         g_pool[b.slot].owner_walking = false;
     } else {
-        g_pool[b.slot].busy.store(false, std::memory_order_release);
+        give_back_borrowed(b.slot);
     }
 }
 
@@ -1203,20 +1212,25 @@ __attribute__((noinline)) int libunwind_program_stack(uint64_t* ips, int max) {
 }
 
 void skip_local_keys(uint32_t walks) {
-    if (!t_owned) return;
-    if (StackCache* c = g_pool[t_owned - 1].cache.load(std::memory_order_relaxed))
-        advance_local_keys(c, t_owned - 1, walks);
+    uint32_t owned = thread_state().unwind.owned;
+    if (!owned) return;
+    if (StackCache* c = g_pool[owned - 1].cache.load(std::memory_order_relaxed)) advance_local_keys(c, owned - 1, walks);
 }
 
-void set_thread_stack(uint64_t lo, uint64_t hi) { t_stack = ThreadStack{lo, hi}; }
+void set_thread_stack(uint64_t lo, uint64_t hi) {
+    UnwindThread& u = thread_state().unwind;
+    u.stack_lo = lo;
+    u.stack_hi = hi;
+}
 
 uint64_t thread_stack_top() { return thread_stack().hi; }
 
 void release_stack_cache() {
-    t_released = true;
-    if (!t_owned) return;
-    PoolSlot& s = g_pool[t_owned - 1];
-    t_owned = 0;
+    UnwindThread& u = thread_state().unwind;
+    u.released = true;
+    if (!u.owned) return;
+    PoolSlot& s = g_pool[u.owned - 1];
+    u.owned = 0;
     s.owner_walking = false;
     uint32_t spares = 0;
     for (const PoolSlot& other : g_pool)
@@ -1231,14 +1245,46 @@ void release_stack_cache() {
     s.busy.store(false, std::memory_order_release);
 }
 
+namespace {
+
+// Everything a walk may have left half-updated goes; the key counter
+// moves on past every key the cache handed out.
+void clear_cache(StackCache* c) {
+    uint32_t next = c->local_next;
+    std::memset(static_cast<void*>(c), 0, sizeof *c);
+    c->checks[0] = never_holding();
+    c->local_next = next + kLocalWindow;
+}
+
+}  // namespace
+
+void abandon_stack_walk() {
+    UnwindThread& u = thread_state().unwind;
+    if (u.owned) {
+        PoolSlot& s = g_pool[u.owned - 1];
+        if (s.owner_walking) {
+            if (StackCache* c = s.cache.load(std::memory_order_relaxed)) clear_cache(c);
+            std::atomic_signal_fence(std::memory_order_seq_cst);
+            s.owner_walking = false;
+        }
+    }
+    if (u.borrowed) {
+        PoolSlot& s = g_pool[u.borrowed - 1];
+        u.borrowed = 0;
+        if (StackCache* c = s.cache.load(std::memory_order_relaxed)) clear_cache(c);
+        s.busy.store(false, std::memory_order_release);
+    }
+}
+
 void reset_stack_caches_after_fork() {
     // The child's log defines none of the local keys the thread's cache
     // holds (the parent's ring had their StackDefs).
-    if (t_owned)
-        if (StackCache* c = g_pool[t_owned - 1].cache.load(std::memory_order_relaxed)) forget_local_keys(c, t_owned - 1);
+    const uint32_t owned = thread_state().unwind.owned;
+    if (owned)
+        if (StackCache* c = g_pool[owned - 1].cache.load(std::memory_order_relaxed)) forget_local_keys(c, owned - 1);
     // Slots held by threads that do not exist here would stay taken.
     for (uint32_t i = 0; i < kPoolSlots; ++i) {
-        if (i + 1 == t_owned) continue;
+        if (i + 1 == owned) continue;
         g_pool[i].owner_walking = false;
         g_pool[i].busy.store(false, std::memory_order_relaxed);
     }

@@ -140,6 +140,11 @@ void set_thread_stack(uint64_t lo, uint64_t hi);
 // thread's); 0 where unknown. --unwind fp reads nothing at or above it.
 uint64_t thread_stack_top();
 
+// A signal handler left the calling thread's hook by siglongjmp during a
+// walk (or a prefetch_stack_key): the caches the walk held may be half
+// updated, and are cleared and given back.
+void abandon_stack_walk();
+
 // The calling thread's exit hook: the stack cache it owns becomes free.
 void release_stack_cache();
 // In a fork child: the caches of the parent's other threads become free.

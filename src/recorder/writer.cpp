@@ -132,11 +132,7 @@ void* g_writer_stack = nullptr;
 // join, and the stop joined a writer that was never told to stop: the
 // program hung at exit or its log lost the End record (tests/stress
 // main_exit, 8 of 80 runs beside a CPU burner).
-// A signal handler that records the first event of its thread while that
-// thread holds the lock would wait for itself: it leaves the writer as it
-// is instead.
 SpinLock g_thread_lock;
-__thread bool t_holds_thread_lock;
 std::atomic<int> g_wake_fd{-1};
 
 void wake_now() {
@@ -483,6 +479,7 @@ void encode(const Slot& s) {
             hslog::put_thread_exit(w, advance_time(ticks_to_ns(s.ts)), s.thread);
             break;
         case SlotKind::StackDef:  // taken apart by the round (take_stack_def)
+        case SlotKind::Void:      // skipped by the round
             break;
         case SlotKind::Marker: {
             commit(w);
@@ -588,8 +585,8 @@ size_t round_locked() {
             if (c.pos + kPrefetchAhead < c.end) prefetch_tables(c.ring->slots[(c.pos + kPrefetchAhead) % kRingSlots]);
             const Slot& s = at(c);
             c.ring->last_ts = s.ts;
-            if (s.kind == SlotKind::StackDef) {
-                c.pos += take_stack_def(*c.ring, c.pos, c.end);
+            if (s.kind >= SlotKind::StackDef) {  // not an event: a stack definition, or a Void slot
+                c.pos += s.kind == SlotKind::StackDef ? take_stack_def(*c.ring, c.pos, c.end) : 1;
             } else {
                 encode(s);
                 c.pos++;
@@ -641,6 +638,13 @@ bool wait_for_work(uint64_t timeout_ns) {
 
 void* writer_main(void*) {
     thread_state().internal = 1;
+    // Created with every signal blocked (LockGuard); glibc's own two
+    // (cancellation, setxid) are opened: setuid in another thread waits
+    // for every thread to take its signal.
+    signals_blocked_for_good();
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, nullptr);
     prctl(PR_SET_NAME, "heapsnap-writer");  // tells it apart in top and perf
     uint64_t next_interval = 0;
     const uint64_t interval_ns = static_cast<uint64_t>(config().interval_s * 1e9);
@@ -901,27 +905,18 @@ bool writer_open() {
 
 namespace {
 
-// Runs fn() holding g_thread_lock, unless this thread holds it already.
+// Runs fn() holding g_thread_lock (with signals blocked: the writer
+// thread inherits that mask, so signals go to the program's threads).
 template <class Fn>
 void with_thread_lock(Fn&& fn) {
-    if (t_holds_thread_lock) return;
     LockGuard lifecycle(g_thread_lock);
-    t_holds_thread_lock = true;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
     fn();
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    t_holds_thread_lock = false;
 }
 
 void start_writer_thread_locked() {
     if (g_running.load() || g_fd < 0) return;
     g_stop.store(false);
     control_open();
-    // The writer must not inherit the program's signal mask expectations:
-    // block everything so signals go to the program's own threads.
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
     // The writer runs on a stack of our own mapping: it shows as recorder
     // memory, and no malloc arena is ever created for the writer thread
     // (it never calls malloc). Mapped once: a writer started again after
@@ -934,7 +929,6 @@ void start_writer_thread_locked() {
     int err = pthread_create(&g_thread, &attr, writer_main, nullptr);
     thread_state().internal--;
     pthread_attr_destroy(&attr);
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
     if (!err) g_running.store(true);
 }
 
@@ -967,7 +961,7 @@ void writer_drain_inline() {
 
 void writer_take_published() {
     const ThreadState& t = thread_state();
-    if (!t.ring || t.retired) return;
+    if (!t.ring) return;
     const ThreadRing& ring = *t.ring;
     uint64_t head = ring.head.load(std::memory_order_relaxed);
     // Other threads go on publishing meanwhile: wait for this one's events
@@ -1069,7 +1063,6 @@ void writer_forget_after_fork() {
     own_fds_forget_after_fork();
     g_writer_lock.reset();
     g_thread_lock.reset();
-    t_holds_thread_lock = false;
     raw_forget_after_fork();
     g_running.store(false);
     g_stop.store(false);

@@ -3,10 +3,12 @@ as they run alone (same output, same exit status, no hang), and their logs
 give the live bytes each program knows it keeps, to the byte.
 
 Threads (16 at once, handoff with realloc across threads, thousands of short
-threads, 100 000 threads 8 at a time in bounded recorder memory), fork
-while other threads allocate, malloc in a signal handler, dlopen/dlclose
-churn, closing every descriptor, exit() from a thread, _exit (also from a
-signal handler), abort/SIGSEGV, vfork+exec, execl, fexecve and execveat.
+threads, 100 000 threads 8 at a time in bounded recorder memory, what a
+thread's creation allocates), fork while other threads allocate, malloc in
+a signal handler, mmap and munmap in a signal handler inside the recorder's
+hooks, handlers that leave the hooks by siglongjmp, dlopen/dlclose churn,
+closing every descriptor, exit() from a thread, _exit (also from a signal
+handler), abort/SIGSEGV, vfork+exec, execl, fexecve and execveat.
 See each program's header for its numbers. Timeouts are hang detectors (a deadlocked child, a recorder
 waiting forever), not performance bounds.
 """
@@ -15,13 +17,32 @@ import concurrent.futures
 import os
 import re
 import signal
+import struct
+import subprocess
 import unittest
 
-from harness import PROGRAMS_DIR, main, program
+from harness import PRELOAD, PROGRAMS_DIR, main, program
 from unchanged import UnchangedTest, pretty
 
 STRESS_SRC = os.environ.get("STRESS_SRC", "")
 CHURN_PLUGIN = os.path.join(PROGRAMS_DIR, "libchurn_plugin.so")
+
+
+def has_tls(path):
+    """Whether the ELF file at `path` has a PT_TLS program header."""
+    with open(path, "rb") as f:
+        elf = f.read()
+    phoff, = struct.unpack_from("<Q", elf, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", elf, 0x36)
+    return any(struct.unpack_from("<I", elf, phoff + i * phentsize)[0] == 7 for i in range(phnum))
+
+
+def needed_libraries(path):
+    """The shared libraries `path` loads (ldd), but libc and the loader,
+    which every program loads anyway."""
+    out = subprocess.run(["ldd", path], capture_output=True, text=True, check=True).stdout
+    libs = re.findall(r"=> (/\S+)", out)
+    return [lib for lib in libs if not re.search(r"/(libc|ld-linux[^/]*)\.so", lib)]
 
 
 def stress_site(source, site):
@@ -143,6 +164,77 @@ class StressTest(UnchangedTest):
         sizes = [int(f["size"]) for kind, f in self.dump(log) if kind == "alloc"]
         self.assertEqual((sizes.count(48), sizes.count(777)), (2001, 20))
         self.assert_site_entry(log, "0s", "done", "handler_keep", "signal_alloc.c", 15540, 20)
+
+    def assert_mappings(self, log, label, regions, size, unrecorded=0):
+        m = self.marker(log, label)
+        self.assertEqual((m["mmap_regions"], m["mmap_bytes"], m["unrecorded"]), (regions, size, unrecorded), pretty(m))
+
+    # A handler that maps, unmaps and allocates wherever a timer lands:
+    # in the recorder's mmap, munmap and malloc hooks too, which once left
+    # the process spinning on a lock the interrupted hook held.
+    def test_mmap_in_signal_handler(self):
+        result, logs = self.assert_unchanged([program("stress_signal_maps")], status=0)
+        self.assertEqual(result.stdout, b"signal_maps: 2000 signals, 20 kept\n")
+        log = self.one_log(logs)
+        self.assert_replays(log, ended=("exit",))
+        for label in ("done", "exit"):
+            self.assert_mappings(log, label, 20, 20 * 7 * 4096)
+        self.assert_site_entry(log, "0s", "done", "handler_keep", "signal_maps.c", 11100, 20)
+
+    # The same at known points, from inside the allocator the hooks call:
+    # a handler's mappings made while its thread is inside malloc are the
+    # program's, not the allocator's heap.
+    def test_signal_handler_inside_the_allocator(self):
+        result, logs = self.assert_unchanged([program("stress_signal_reenter")], status=0)
+        self.assertEqual(result.stdout, b"signal_reenter: 300 signals, 30 kept\n")
+        log = self.one_log(logs)
+        self.assert_replays(log, ended=("exit",))
+        for label in ("done", "exit"):
+            self.assert_mappings(log, label, 30, 30 * 7 * 4096)
+        self.assert_site_entry(log, "0s", "done", "handler_keep", "signal_reenter.c", 16650, 30)
+
+    # Handlers that leave the hooks by siglongjmp: the thread records on,
+    # a mapping made before the jump is in the log, a block the jump took
+    # from the hook is counted unrecorded (stress/signal_jump.c).
+    def test_siglongjmp_out_of_hooks(self):
+        result, logs = self.assert_unchanged([program("stress_signal_jump")], status=0)
+        self.assertEqual(result.stdout, b"signal_jump: 50 + 50 + 200 + 200 jumps\n")
+        log = self.one_log(logs)
+        self.assert_replays(log, ended=("exit",))
+        left = [m for m in self.markers(log)["markers"] if m["label"].startswith("left=")]
+        self.assertEqual(len(left), 1, left)
+        left_bytes = int(left[0]["label"][len("left="):])
+        self.assertEqual((left[0]["mmap_bytes"], left[0]["unrecorded"]), (50 * 5 * 4096 + left_bytes, 50),
+                         pretty(left[0]))
+        # Part 4's jumps land in the hooks or not: at most one event each.
+        unrecorded = self.marker(log, "jumped")["unrecorded"]
+        self.assertGreaterEqual(unrecorded, 50)
+        self.assertLessEqual(unrecorded, 50 + 200)
+        for label in ("done", "exit"):
+            self.assert_mappings(log, label, 60, 50 * 5 * 4096 + 10 * 9 * 4096, unrecorded)
+        self.assert_site_entry(log, "jumped", "done", "keep_block", "signal_jump.c", 12000, 40)
+        listing = self.heapsnap("markers", log)
+        self.assertIn("%d events could not be recorded" % unrecorded, listing.stderr)
+
+    # ---- what a thread costs -----------------------------------------------
+
+    # The recorder defines no thread-local variable: a thread's creation
+    # allocates what it does bare, less what the recorder's libraries add
+    # (a DTV entry of 16 bytes for each with a TLS segment: libunwind's).
+    def test_thread_creation_allocates_as_bare(self):
+        self.assertFalse(has_tls(PRELOAD), "the recorder has a TLS segment")
+        added = [lib for lib in needed_libraries(PRELOAD) if has_tls(lib)]
+        argv = [program("stress_thread_tls")]
+        bare = self.run_raw(argv)
+        recorded, logs = self.run_recorded(argv)
+        self.assertEqual((bare.returncode, recorded.returncode), (0, 0), recorded.stderr)
+        self.assertEqual(recorded.stderr, b"")
+        self.assert_replays(self.one_log(logs), ended=("exit",))
+        expected = bare.stdout.decode().splitlines()
+        first = re.fullmatch(r"thread 0: callocs -(\d+)(.*)", expected[0])
+        self.assertTrue(first, expected[0])
+        expected[0] = "thread 0: callocs -%d%s" % (int(first.group(1)) + 16 * len(added), first.group(2))
+        self.assertEqual(recorded.stdout.decode().splitlines(), expected, "libraries with TLS: %s" % added)
 
     def test_dlopen_dlclose_churn(self):
         result, logs = self.assert_unchanged([program("stress_dlopen_churn"), CHURN_PLUGIN], status=0)
