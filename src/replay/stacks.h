@@ -21,6 +21,11 @@ namespace heapsnap {
 
 class StackTable {
 public:
+    // What a stack costs besides its frames: its entries in start_ and
+    // count_, at up to twice their size as they grow (the read budget's
+    // charge, util/read_budget.h).
+    static constexpr size_t kBytesPerStack = 2 * (sizeof(const StackFrame*) + sizeof(uint32_t));
+
     // Defines (or, in a checkpoint followed by the log, defines again)
     // stack `id`.
     void set(uint32_t id, std::span<const StackFrame> frames) {

@@ -6,6 +6,8 @@
 #include <map>
 #include <tuple>
 
+#include "util/read_budget.h"
+
 namespace heapsnap {
 namespace {
 
@@ -111,13 +113,15 @@ std::string frame_label(const SymbolFrame& f) {
 }
 
 StackSymbols::StackSymbols(const Snapshot& snapshot, Symbolizer& symbolizer, const std::vector<std::regex>& exclude)
-    : snapshot_(snapshot), symbolizer_(symbolizer), exclude_(exclude) {}
+    : snapshot_(snapshot), symbolizer_(symbolizer), exclude_(exclude) {
+    for (const SnapshotModule& m : snapshot.modules) modules_[m.record.id] = &m;
+}
 
 std::vector<SymbolFrame> StackSymbols::symbolized(const StackFrame& raw) const {
+    budget_take_volume(kSymbolizeVolume);
     std::vector<SymbolFrame> out;
-    const SnapshotModule* module = nullptr;
-    for (const SnapshotModule& m : snapshot_.modules)
-        if (m.record.id == raw.module) module = &m;
+    auto known = modules_.find(raw.module);
+    const SnapshotModule* module = known == modules_.end() ? nullptr : known->second;
     if (!module || module->record.path.empty() || module->record.path[0] != '/') {
         SymbolFrame f;
         f.module = module ? module->record.path : "?";
@@ -147,6 +151,7 @@ std::vector<SymbolFrame> StackSymbols::frames(uint32_t stack) const {
     if (it == snapshot_.stacks.end()) return out;
     for (const StackFrame& raw : it->second)
         for (SymbolFrame& f : symbolized(raw)) out.push_back(std::move(f));
+    budget_take_memory(out.size() * kSymbolFrameBytes, "symbolized frames");
     return out;
 }
 
@@ -158,6 +163,7 @@ std::vector<uint32_t> StackSymbols::frame_ids(uint32_t stack) {
         auto [known, fresh] = ids_of_raw_.try_emplace({raw.module, raw.vaddr});
         if (fresh) {
             std::vector<SymbolFrame> frames = symbolized(raw);
+            budget_take_memory(64 + frames.size() * kSymbolFrameBytes, "symbolized frames");
             known->second = {static_cast<uint32_t>(frames_.size()), static_cast<uint32_t>(frames.size())};
             for (SymbolFrame& f : frames) frames_.push_back(std::move(f));
         }
@@ -182,6 +188,7 @@ DiffResult diff(const Snapshot& old_snap, const Snapshot& new_snap, const DiffOp
             std::vector<SymbolFrame> shown;
             std::string key = group_key(it->second, options.group_by, &shown);
             auto [g, inserted] = groups.try_emplace({key, e.kind}, Group{e.kind, {}, {}, {}});
+            if (inserted) budget_take_memory(key.size() + shown.size() * kSymbolFrameBytes, "call sites");
             if (inserted) g->second.frames = std::move(shown);
             Side& side = is_new ? g->second.new_side : g->second.old_side;
             side.bytes += e.bytes;

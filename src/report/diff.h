@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <map>
+#include <unordered_map>
 #include <regex>
 #include <string>
 #include <vector>
@@ -53,6 +54,14 @@ struct DiffResult {
 
 // The symbolized frames of a snapshot stack (inline frames expanded,
 // excluded frames dropped).
+// What symbolized frames cost, charged to the read budget
+// (util/read_budget.h) as they are made, so that a small snapshot of many
+// long stacks cannot make a diff or a report hold or work without bound:
+// a SymbolFrame with heap copies of its strings, and the work of looking
+// one recorded frame up, in bytes of replay (two microseconds).
+inline constexpr uint64_t kSymbolFrameBytes = 384;
+inline constexpr uint64_t kSymbolizeVolume = 256;
+
 class StackSymbols {
 public:
     StackSymbols(const Snapshot& snapshot, Symbolizer& symbolizer, const std::vector<std::regex>& exclude);
@@ -70,6 +79,7 @@ private:
     std::vector<SymbolFrame> symbolized(const StackFrame& raw) const;
 
     const Snapshot& snapshot_;
+    std::unordered_map<uint32_t, const SnapshotModule*> modules_;  // by id (the last of an id, as a reader's map)
     Symbolizer& symbolizer_;
     const std::vector<std::regex>& exclude_;
     std::vector<SymbolFrame> frames_;  // by id
