@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "util/human.h"
+#include "util/text.h"
 
 namespace heapsnap::addrspace {
 

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "format/hslog.h"
 #include "format/snapshot_file.h"
 #include "replay/marker_select.h"
@@ -45,23 +46,17 @@ struct DiffCliOptions {
     bool bytes = false;
 };
 
-bool is_log(const std::string& path) {
-    char head[sizeof hslog::kMagic];
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    ssize_t n = read(fd, head, sizeof head);
-    close(fd);
-    return n == static_cast<ssize_t>(sizeof head) && std::memcmp(head, hslog::kMagic, sizeof head) == 0;
-}
-
 }  // namespace
 
 // Shared with `maps`: a .hsnap, or LOG@MARKER.
 Snapshot load_moment(const std::string& arg) {
     std::string log, moment;
     if (looks_like_snapshot(arg)) return read_snapshot(arg);
-    if (split_log_at(arg, &log, &moment) && !looks_like_snapshot(log)) return snapshot_at(log, parse_moment(moment));
-    if (is_log(arg)) throw Error(arg + " is a log: name a moment, e.g. " + arg + "@exit or " + arg + "@1");
+    if (split_log_at(arg, &log, &moment)) {
+        if (looks_like_snapshot(log)) throw Error(arg + ": a snapshot file has one moment; drop @" + moment);
+        return snapshot_at(log, parse_moment(moment));
+    }
+    if (looks_like_log(arg)) throw Error(arg + " is a log: name a moment, e.g. " + arg + "@exit or " + arg + "@1");
     // LOG@MARKER whose LOG does not exist: name the file, not the whole argument.
     if (size_t at = arg.rfind('@'); at != std::string::npos && at > 0 && access(arg.c_str(), F_OK) != 0)
         return read_snapshot(arg.substr(0, at));
@@ -220,22 +215,25 @@ void setup_diff(CLI::App& app, Action& action) {
     sub->add_option("new", o->new_arg, "NEW: a .hsnap file or LOG@MARKER");
     sub->add_option("more", o->more, "Further moments: three or more make a trend");
     sub->add_option("--format", o->format, "text, json, csv, folded (flame graph input) or svg (flame graph)")
-        ->check(CLI::IsMember({"text", "json", "csv", "folded", "svg"}))
+        ->check(one_of({"text", "json", "csv", "folded", "svg"}))
         ->default_val(o->format);
     sub->add_option("--group-by", o->group_by, "stack, function, line or module")
-        ->check(CLI::IsMember({"stack", "function", "line", "module"}))
+        ->check(one_of({"stack", "function", "line", "module"}))
         ->default_val(o->group_by);
-    sub->add_option("--top", o->top, "Show only the first N entries");
-    sub->add_option("--min-bytes", o->min_bytes, "Hide entries whose growth or shrinkage is below N bytes");
+    sub->add_option("--top", o->top, "Show only the first N entries")->check(count_in(0, UINT64_MAX));
+    sub->add_option("--min-bytes", o->min_bytes,
+                    "Hide entries whose growth or shrinkage is below BYTES (suffixes K, M, G, T: 1024 each)")
+        ->transform(bytes_in(0, UINT64_MAX));
     sub->add_option("--exclude", o->exclude, "Drop frames whose function matches REGEX (repeatable)");
-    sub->add_option("--fail-above", o->fail_above, "Exit with status 3 if the total growth exceeds BYTES")
-        ->check(CLI::NonNegativeNumber);
+    sub->add_option("--fail-above", o->fail_above,
+                    "Exit with status 3 if the total growth exceeds BYTES (suffixes K, M, G, T: 1024 each)")
+        ->transform(bytes_in(0, INT64_MAX));
     sub->add_option("--fail-on-leak-confidence", o->fail_on_leak_confidence,
                     "Trend: exit with status 3 if a call site's leak confidence is at least X (0..1)")
-        ->check(CLI::Range(0.0, 1.0));
+        ->check(number_in(0, 1, ""));
     sub->add_flag("--bytes", o->bytes, "Trend text: exact byte counts instead of human-readable sizes");
     sub->add_option("--color", o->color, "auto, always or never")
-        ->check(CLI::IsMember({"auto", "always", "never"}))
+        ->check(one_of({"auto", "always", "never"}))
         ->default_val(o->color);
     sub->footer(
         "Examples:\n  heapsnap diff before.hsnap after.hsnap\n  heapsnap diff app.hslog@warm-up app.hslog@exit --format json\n"

@@ -11,6 +11,8 @@
 #include "cli/commands.h"
 #include "format/log_reader.h"
 #include "replay/marker_select.h"
+#include "util/read_budget.h"
+#include "util/text.h"
 
 namespace heapsnap::cli {
 namespace {
@@ -25,16 +27,26 @@ std::string hex(std::string_view bytes) {
 bool is_control(char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }
 
 // What quoted() writes between its quotes; `comma` escaped too (\x2c)
-// where commas separate the items of a list (argv).
+// where commas separate the items of a list (argv). Bytes above 0x7f as
+// terminal_safe() leaves them: printable UTF-8 as it is, the rest escaped.
 std::string escaped(const std::string& s, bool comma = false) {
     std::string out;
-    for (char c : s) {
+    for (size_t i = 0; i < s.size();) {
+        char c = s[i];
+        if (static_cast<unsigned char>(c) >= 0x80) {
+            size_t end = i;
+            while (end < s.size() && static_cast<unsigned char>(s[end]) >= 0x80) ++end;
+            out += terminal_safe(std::string_view(s).substr(i, end - i));
+            i = end;
+            continue;
+        }
         if (c == '"' || c == '\\')
             out += std::string("\\") + c;
         else if (is_control(c) || (comma && c == ','))
             out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
         else
             out += c;
+        ++i;
     }
     return out;
 }
@@ -46,7 +58,7 @@ std::string quoted(const std::string& s) { return "\"" + escaped(s) + "\""; }
 bool plain(const std::string& s) {
     return !s.empty() && std::none_of(s.begin(), s.end(), [](char c) {
         return is_control(c) || c == ' ' || c == '"' || c == '\\';
-    });
+    }) && terminal_safe(s) == s;
 }
 
 // A path as it is where it is plain(); quoted() where it is not.
@@ -78,7 +90,7 @@ public:
     void on_process(const ProcessInfo& p) override {
         start_ = p.start_ns;
         line(fmt::format("process pid={} ppid={} uid={} exe={} version={} depth={} unwind={} argv={}", p.pid, p.ppid,
-                         p.uid, field_text(p.exe), p.recorder_version, p.max_depth,
+                         p.uid, field_text(p.exe), field_text(p.recorder_version), p.max_depth,
                          p.unwind == hslog::UnwindMode::Dwarf ? "dwarf" : "fp", argv_text(p.argv)));
     }
     void on_module_load(const ModuleRecord& m) override {
@@ -143,16 +155,23 @@ private:
         uint64_t rel = t >= start_ ? t - start_ : 0;
         return fmt::format("{}.{:09}", rel / 1000000000, rel % 1000000000);
     }
-    static void line(const std::string& s) {
+    // A line costs more than the bytes it came from: each counts as
+    // kLineVolume bytes of the read budget's volume (util/read_budget.h),
+    // so that a small crafted log cannot print for minutes.
+    static constexpr uint64_t kLineVolume = 48;
+    static constexpr uint64_t kLinesPerCharge = 4096;
+    void line(const std::string& s) {
+        if (++lines_ % kLinesPerCharge == 0) budget_take_volume(kLinesPerCharge * kLineVolume);
         std::fwrite(s.data(), 1, s.size(), stdout);
         std::fputc('\n', stdout);
     }
     uint64_t start_ = 0;
+    uint64_t lines_ = 0;
 };
 
 int dump(const std::string& log) {
     Dumper dumper;
-    ReadSummary summary = read_log(log, dumper);
+    ReadSummary summary = read_log(LogFile{log}, dumper);
     std::fflush(stdout);
     if (summary.truncated)
         warn(log + ": the log ends inside a frame (the process was killed or is still running); read " +

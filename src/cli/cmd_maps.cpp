@@ -11,6 +11,7 @@
 #include "addrspace/summary.h"
 #include "report/address_space.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "format/snapshot_file.h"
 #include "report/render.h"
 #include "util/error.h"
@@ -68,7 +69,7 @@ void setup_maps(CLI::App& app, Action& action) {
     auto o = std::make_shared<MapsOptions>();
     CLI::App* sub = app.add_subcommand("maps", "Address-space summary of a process or a snapshot (!address -summary)");
     sub->add_option("target", o->target, "PID, .hsnap file, or LOG@MARKER")->required();
-    sub->add_option("--format", o->format, "text or json")->check(CLI::IsMember({"text", "json"}))->default_val("text");
+    sub->add_option("--format", o->format, "text or json")->check(one_of({"text", "json"}))->default_val("text");
     sub->footer("Examples:\n  heapsnap maps 4242\n  heapsnap maps b.hsnap --format json\n  heapsnap maps app.hslog@exit");
     sub->callback([o, &action] { action = [o] { return maps(*o); }; });
 }

@@ -8,8 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "replay/marker_select.h"
 #include "util/human.h"
+#include "util/text.h"
 
 namespace heapsnap::cli {
 namespace {
@@ -54,7 +56,7 @@ int markers(const MarkersOptions& o) {
                                  "label", "live bytes", "live blocks", "RSS", "events", "threads");
         for (const MarkerRow& r : listing.rows)
             std::cout << fmt::format("{:>4}  {:>10.3f}  {:<20}  {:>12}  {:>11}  {:>12}  {:>12}  {:>7}\n", r.marker.index,
-                                     r.time_s, r.marker.label, size(r.live_bytes), r.live_blocks,
+                                     r.time_s, terminal_safe(r.marker.label), size(r.live_bytes), r.live_blocks,
                                      size(r.marker.rss_kb * 1024), r.marker.events, r.marker.threads);
         if (listing.rows.empty()) std::cout << "(no markers)\n";
         if (listing.process.sample_bytes) std::cout << sampling_note(listing.process.sample_bytes) << "\n";
@@ -73,7 +75,7 @@ void setup_markers(CLI::App& app, Action& action) {
     auto o = std::make_shared<MarkersOptions>();
     CLI::App* sub = app.add_subcommand("markers", "List the markers of a log with the live heap at each");
     sub->add_option("log", o->log, "The .hslog file")->required();
-    sub->add_option("--format", o->format, "text or json")->check(CLI::IsMember({"text", "json"}))->default_val("text");
+    sub->add_option("--format", o->format, "text or json")->check(one_of({"text", "json"}))->default_val("text");
     sub->add_flag("--bytes", o->bytes, "Exact byte counts instead of human-readable sizes");
     sub->footer("Examples:\n  heapsnap markers app.hslog\n  heapsnap markers app.hslog --format json | jq '.markers[] | {label, live_bytes}'");
     sub->callback([o, &action] { action = [o] { return markers(*o); }; });

@@ -23,8 +23,10 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/control_client.h"
 #include "util/error.h"
+#include "util/text.h"
 
 namespace heapsnap::cli {
 namespace {
@@ -55,16 +57,6 @@ std::string iso8601_utc(uint64_t ns) {
     char text[32];
     strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
     return text;
-}
-
-// Control bytes of a path as \xHH, so that a row stays one line.
-std::string printable(const std::string& s) {
-    std::string out;
-    for (char c : s) {
-        auto u = static_cast<unsigned char>(c);
-        out += (u < 0x20 || u == 0x7f) ? fmt::format("\\x{:02x}", u) : std::string(1, c);
-    }
-    return out;
 }
 
 std::vector<Recorded> find_recorded(double timeout_s) {
@@ -120,14 +112,14 @@ int ps(const PsOptions& o) {
     size_t user_width = 4, exe_width = 3;
     for (const Recorded& r : found) {
         user_width = std::max(user_width, r.user.size());
-        exe_width = std::max(exe_width, printable(r.info.exe).size());
+        exe_width = std::max(exe_width, terminal_safe(r.info.exe).size());
     }
     std::cout << fmt::format("{:>7}  {:<{}}  {:<20}  {:>12}  {:<{}}  {}\n", "PID", "USER", user_width, "SINCE",
                              "EVENTS", "EXE", exe_width, "LOG");
     for (const Recorded& r : found)
         std::cout << fmt::format("{:>7}  {:<{}}  {:<20}  {:>12}  {:<{}}  {}\n", r.info.pid, r.user, user_width,
-                                 iso8601_utc(r.info.since_ns), r.info.events, printable(r.info.exe), exe_width,
-                                 printable(r.info.log));
+                                 iso8601_utc(r.info.since_ns), r.info.events, terminal_safe(r.info.exe), exe_width,
+                                 terminal_safe(r.info.log));
     return kExitOk;
 }
 
@@ -136,9 +128,9 @@ int ps(const PsOptions& o) {
 void setup_ps(CLI::App& app, Action& action) {
     auto o = std::make_shared<PsOptions>();
     CLI::App* sub = app.add_subcommand("ps", "List the recorded processes you may snapshot");
-    sub->add_option("--format", o->format, "text or json")->check(CLI::IsMember({"text", "json"}))->default_val("text");
+    sub->add_option("--format", o->format, "text or json")->check(one_of({"text", "json"}))->default_val("text");
     sub->add_option("--timeout", o->timeout, "Seconds to wait for each process's answer")
-        ->check(CLI::Range(0.1, 3600.0))
+        ->check(number_in(0.1, 3600, "s"))
         ->default_val(o->timeout);
     sub->footer("Examples:\n  heapsnap ps\n  heapsnap ps --format json | jq '.[] | {pid, exe, log}'");
     sub->callback([o, &action] { action = [o] { return ps(*o); }; });

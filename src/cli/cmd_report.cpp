@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "format/hslog.h"
 #include "format/snapshot_file.h"
 #include "replay/marker_select.h"
@@ -18,8 +19,8 @@
 #include "report/render.h"
 #include "report/report.h"
 #include "util/error.h"
-#include "util/human.h"
 #include "util/files.h"
+#include "util/human.h"
 
 namespace heapsnap::cli {
 namespace {
@@ -49,11 +50,14 @@ int run_report(const ReportCliOptions& o) {
     Snapshot moment;
     if (looks_like_snapshot(o.target)) {
         moment = read_snapshot(o.target);
-    } else if (split_log_at(o.target, &log, &moment_text) && !looks_like_snapshot(log)) {
-    } else if (has_log_magic(o.target)) {
+    } else if (split_log_at(o.target, &log, &moment_text)) {
+        if (looks_like_snapshot(log))
+            throw Error(o.target + ": a snapshot file has one moment; drop @" + moment_text);
+    } else if (looks_like_log(o.target)) {
         log = o.target;
         moment_text = "exit";
     } else if (access(o.target.c_str(), R_OK) == 0) {
+        open_regular_file(o.target);  // a FIFO, a device: says so
         throw Error(o.target + ": neither a heapsnap log nor a snapshot");
     } else if (size_t at = o.target.rfind('@'); at != std::string::npos && at > 0) {
         moment = read_snapshot(o.target.substr(0, at));  // LOG@MARKER: name the missing file
@@ -125,17 +129,18 @@ void setup_report(CLI::App& app, Action& action) {
         "report", "One moment explained: top call sites, functions, modules, sizes, ages, peak, temporaries, rate");
     sub->add_option("target", o->target, "A .hsnap file, LOG@MARKER, or LOG (its exit: leaks at exit)")->required();
     sub->add_option("--format", o->format, "text, json, csv, folded (flame graph input) or svg (flame graph)")
-        ->check(CLI::IsMember({"text", "json", "csv", "folded", "svg"}))
+        ->check(one_of({"text", "json", "csv", "folded", "svg"}))
         ->default_val(o->format);
     sub->add_option("--top", o->top, "Rows per list (0: all; folded and svg always show every call site)")
+        ->check(count_in(0, UINT64_MAX))
         ->default_val(o->top);
     sub->add_flag("--bytes", o->bytes, "Exact byte counts instead of human-readable sizes (text)");
     sub->add_option("--table", o->table, "The table --format csv prints: sites, functions, modules, sizes or rate")
-        ->check(CLI::IsMember({"sites", "functions", "modules", "sizes", "rate"}))
+        ->check(one_of({"sites", "functions", "modules", "sizes", "rate"}))
         ->default_val(o->table);
     sub->add_option("--exclude", o->exclude, "Drop frames whose function matches REGEX (repeatable)");
     sub->add_option("--color", o->color, "auto, always or never")
-        ->check(CLI::IsMember({"auto", "always", "never"}))
+        ->check(one_of({"auto", "always", "never"}))
         ->default_val(o->color);
     sub->footer(
         "A .hsnap holds the live heap per call site with ages; a log adds the sizes of the live blocks,\n"

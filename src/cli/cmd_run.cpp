@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "format/hslog.h"
 #include "util/error.h"
 
@@ -185,19 +186,18 @@ void setup_run(CLI::App& app, Action& action) {
     sub->add_option("-o,--output", o->output,
                     "Log path pattern: %p = pid, %e = executable name, %% = %")
         ->default_val(o->output);
-    sub->add_option("--interval", o->interval, "Write a marker every SECONDS")->check(CLI::Range(0.001, 86400.0));
+    sub->add_option("--interval", o->interval, "Write a marker every SECONDS")->check(number_in(0.001, 86400, "s"));
     sub->add_option("--unwind", o->unwind,
                     "Stack unwinding: dwarf (the binaries' .eh_frame unwind tables, always right), fp (frame "
                     "pointers: only for code built with -fno-omit-frame-pointer) or auto (= dwarf)")
-        ->check(CLI::IsMember({"auto", "dwarf", "fp"}))
+        ->check(one_of({"auto", "dwarf", "fp"}))
         ->default_val(o->unwind);
-    sub->add_option("--depth", o->depth, "Frames kept per stack")->check(CLI::Range(1, 256))->default_val(o->depth);
+    sub->add_option("--depth", o->depth, "Frames kept per stack")->check(count_in(1, 256))->default_val(o->depth);
     sub->add_option("--sample-bytes", o->sample_bytes,
                     "Record a random sample of allocations, one per N bytes on average (Poisson; blocks of N bytes "
                     "or more always); every output then shows scaled estimates, marked as sampled. Suffixes K, M, "
-                    "G = KiB, MiB, GiB. Default: every allocation")
-        ->transform(CLI::AsSizeValue(false))
-        ->check(CLI::Range(uint64_t{1}, hslog::kMaxSampleBytes));
+                    "G, T: 1024 each. Default: every allocation")
+        ->transform(bytes_in(1, hslog::kMaxSampleBytes));
     sub->add_flag("--no-follow", o->no_follow,
                   "Record PROGRAM's own process only: not the children it forks, nor the programs it or they "
                   "exec (as heaptrack)");

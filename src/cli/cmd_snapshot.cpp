@@ -14,10 +14,12 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/control_client.h"
 #include "format/snapshot_file.h"
 #include "replay/marker_select.h"
 #include "util/error.h"
+#include "util/text.h"
 
 namespace heapsnap::cli {
 namespace {
@@ -41,9 +43,14 @@ std::string sanitize(const std::string& label) {
     return out.empty() ? "moment" : out.substr(0, 64);
 }
 
+// The program's name as part of a file name. The log says what it is, so
+// only letters, digits and - _ . + are kept, the rest becomes '_'.
 std::string exe_name(const Snapshot& s) {
     size_t slash = s.process.exe.rfind('/');
-    return slash == std::string::npos ? s.process.exe : s.process.exe.substr(slash + 1);
+    std::string name = slash == std::string::npos ? s.process.exe : s.process.exe.substr(slash + 1);
+    for (char& c : name)
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.' && c != '+') c = '_';
+    return name.empty() || name[0] == '.' ? "program" + name : name;
 }
 
 struct Requested {
@@ -75,6 +82,9 @@ Requested request_marker(pid_t pid, const std::string& label, double timeout_s) 
     if (!reply) throw Error(who + ": malformed reply");
     if (!answer.fd)
         throw Error(who + ": the recorder passed no descriptor of its log (is it older than this heapsnap?)");
+    struct stat st;
+    if (fstat(answer.fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+        throw Error(who + ": the descriptor it passed is not a regular file");
     return Requested{reply->marker, reply->log, std::move(answer.fd)};
 }
 
@@ -89,6 +99,11 @@ int snapshot(const SnapshotOptions& o) {
         moment.index = reply.marker;
         moment.text = std::to_string(reply.marker);
         snap = snapshot_at(LogFile{reply.log, reply.log_fd.get()}, moment);
+        // The peer is the process (control_exchange checked), and its log
+        // names it: anything else is not the snapshot that was asked for.
+        if (snap.process.pid != static_cast<uint64_t>(pid))
+            throw Error("process " + std::to_string(pid) + ": the log it passed is of another process (pid " +
+                        std::to_string(snap.process.pid) + ")");
         if (output.empty())
             output = "heapsnap." + exe_name(snap) + "." + std::to_string(pid) + "." + std::to_string(reply.marker) + ".hsnap";
     } else {
@@ -101,7 +116,7 @@ int snapshot(const SnapshotOptions& o) {
         }
     }
     write_snapshot(output, snap);
-    std::cout << output << "\n";
+    std::cout << terminal_safe(output) << "\n";
     return kExitOk;
 }
 
@@ -116,7 +131,7 @@ void setup_snapshot(CLI::App& app, Action& action) {
         ->default_val(o->at);
     sub->add_option("--label", o->label, "With a PID: label of the marker written")->default_val(o->label);
     sub->add_option("--timeout", o->timeout, "With a PID: seconds to wait for the marker")
-        ->check(CLI::Range(0.1, 3600.0))
+        ->check(number_in(0.1, 3600, "s"))
         ->default_val(o->timeout);
     sub->footer(
         "Examples:\n  heapsnap snapshot 4242 -o before.hsnap\n  heapsnap snapshot heapsnap.app.4242.hslog --at peak");

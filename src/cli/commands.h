@@ -10,6 +10,8 @@
 #include <functional>
 #include <string>
 
+#include "util/diagnostics.h"
+
 namespace heapsnap::cli {
 
 using Action = std::function<int()>;
@@ -38,7 +40,5 @@ std::string json_text(const nlohmann::json& doc);
 bool stdout_wants_color();
 // The --color option: "always", "never", or "auto" (stdout_wants_color()).
 bool color_wanted(const std::string& choice);
-// Prints "heapsnap: warning: <text>" on stderr.
-void warn(const std::string& text);
 
 }  // namespace heapsnap::cli

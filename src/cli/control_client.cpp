@@ -14,6 +14,7 @@
 #include <charconv>
 #include <climits>
 #include <cstring>
+#include <functional>
 
 #include "cli/recorder_probe.h"
 
@@ -114,7 +115,14 @@ std::vector<pid_t> parse_listening_recorders(std::string_view net_unix) {
         if (std::from_chars(f[3].data(), f[3].data() + f[3].size(), flags, 16).ec != std::errc() ||
             !(flags & kAcceptCon) || f[4] != "0001")
             continue;
-        std::optional<uint64_t> pid = parse_decimal(f[7].substr(kPrefix.size()), INT_MAX);
+        // "@heapsnap.<pid>", or "@heapsnap.<pid>.<n>" (control_socket_names)
+        std::string_view id = f[7].substr(kPrefix.size());
+        if (size_t dot = id.find('.'); dot != std::string_view::npos) {
+            std::optional<uint64_t> n = parse_decimal(id.substr(dot + 1), kMaxAlternateNames);
+            if (!n || *n == 0) continue;
+            id = id.substr(0, dot);
+        }
+        std::optional<uint64_t> pid = parse_decimal(id, INT_MAX);
         if (pid && *pid > 0) pids.push_back(static_cast<pid_t>(*pid));
     }
     std::sort(pids.begin(), pids.end());
@@ -143,6 +151,74 @@ std::optional<std::string> unescape_reply_field(std::string_view text) {
     return out;
 }
 
+std::vector<std::string> control_socket_names(pid_t pid) {
+    std::string base = "heapsnap." + std::to_string(pid);
+    std::vector<std::string> names{base};
+    for (unsigned n = 1; n <= kMaxAlternateNames; ++n) names.push_back(base + "." + std::to_string(n));
+    return names;
+}
+
+namespace {
+
+// Connects to the recorder of `pid`: the first of its socket names whose
+// listener is the process itself (SO_PEERCRED: its pid, and its uid or
+// root's). A listener that is someone else gets nothing and is left; a
+// name whose queue is full is tried again until the deadline.
+UniqueFd connect_to_recorder(pid_t pid, const ProcessUids& uids, const std::function<int()>& remaining_ms,
+                             const std::function<ControlError()>& timed_out) {
+    using Kind = ControlError::Kind;
+    const std::string who = process_name(pid);
+    std::vector<std::string> pending = control_socket_names(pid);
+    std::optional<std::string> squatted;  // what the first listener that was not the process said
+    while (!pending.empty()) {
+        std::vector<std::string> busy;
+        for (const std::string& name : pending) {
+            UniqueFd sock(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+            if (!sock) throw ControlError(Kind::System, std::string("socket: ") + std::strerror(errno));
+            sockaddr_un addr{};
+            addr.sun_family = AF_UNIX;
+            std::memcpy(addr.sun_path + 1, name.data(), name.size());
+            auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+            int r;
+            do r = connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), len);
+            while (r != 0 && errno == EINTR);
+            if (r != 0 && errno == EINPROGRESS) {  // not done by Unix sockets today; handled as for TCP
+                pollfd p{sock.get(), POLLOUT, 0};
+                if (poll(&p, 1, remaining_ms()) <= 0) throw timed_out();
+                int err = 0;
+                socklen_t err_len = sizeof err;
+                getsockopt(sock.get(), SOL_SOCKET, SO_ERROR, &err, &err_len);
+                r = err == 0 ? 0 : -1;
+                errno = err;
+            }
+            if (r != 0) {
+                // A Unix socket connects at once or not at all; with the
+                // listener's backlog full it says EAGAIN: try again later.
+                if (errno == EAGAIN) busy.push_back(name);
+                continue;
+            }
+            ucred peer{};
+            socklen_t peer_len = sizeof peer;
+            if (getsockopt(sock.get(), SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) != 0)
+                throw ControlError(Kind::System, std::string("SO_PEERCRED: ") + std::strerror(errno));
+            if (peer.pid == pid && (peer.uid == 0 || peer.uid == uids.real || peer.uid == uids.effective))
+                return sock;
+            if (!squatted)
+                squatted = who + ": the control socket @" + name + " is held by another process (pid " +
+                           std::to_string(peer.pid) + ", uid " + std::to_string(peer.uid) + "); refusing its answer";
+        }
+        if (busy.empty()) break;
+        int wait_ms = std::min(remaining_ms(), 10);
+        if (wait_ms == 0) throw timed_out();
+        poll(nullptr, 0, wait_ms);
+        pending = std::move(busy);
+    }
+    if (squatted) throw ControlError(Kind::NotOurs, *squatted);
+    throw ControlError(Kind::NotRecorded, unreachable_reason(pid));
+}
+
+}  // namespace
+
 ControlAnswer control_exchange(pid_t pid, const ProcessUids& uids, const std::string& request, double timeout_s,
                                const std::string& waiting_for) {
     using Kind = ControlError::Kind;
@@ -157,46 +233,7 @@ ControlAnswer control_exchange(pid_t pid, const ProcessUids& uids, const std::st
         return ControlError(Kind::Timeout, who + " did not " + waiting_for + " within " + fmt::format("{:g}", timeout_s) +
                                                " s (is it stopped?)");
     };
-
-    UniqueFd sock(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    if (!sock) throw ControlError(Kind::System, std::string("socket: ") + std::strerror(errno));
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::string name = "heapsnap." + std::to_string(pid);
-    std::memcpy(addr.sun_path + 1, name.data(), name.size());
-    auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-    // A Unix socket connects at once or not at all; with the listener's
-    // backlog full it says EAGAIN, and there is nothing to poll for but
-    // time.
-    for (;;) {
-        if (connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), len) == 0) break;
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN) {
-            int wait_ms = std::min(remaining_ms(), 10);
-            if (wait_ms == 0) throw timed_out();
-            poll(nullptr, 0, wait_ms);
-            continue;
-        }
-        if (errno == EINPROGRESS) {  // not done by Unix sockets today; handled as for TCP
-            pollfd p{sock.get(), POLLOUT, 0};
-            if (poll(&p, 1, remaining_ms()) <= 0) throw timed_out();
-            int err = 0;
-            socklen_t err_len = sizeof err;
-            getsockopt(sock.get(), SOL_SOCKET, SO_ERROR, &err, &err_len);
-            if (err == 0) break;
-            errno = err;
-        }
-        throw ControlError(Kind::NotRecorded, unreachable_reason(pid));
-    }
-
-    ucred peer{};
-    socklen_t peer_len = sizeof peer;
-    if (getsockopt(sock.get(), SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) != 0)
-        throw ControlError(Kind::System, std::string("SO_PEERCRED: ") + std::strerror(errno));
-    if (peer.pid != pid || !(peer.uid == 0 || peer.uid == uids.real || peer.uid == uids.effective))
-        throw ControlError(Kind::NotOurs, who + ": the control socket @" + name + " is held by another process (pid " +
-                                              std::to_string(peer.pid) + ", uid " + std::to_string(peer.uid) +
-                                              "); refusing its answer");
+    UniqueFd sock = connect_to_recorder(pid, uids, remaining_ms, timed_out);
 
     // A refusal may arrive, and the recorder close, before the request is
     // sent: a failed send still reads the answer.

@@ -11,10 +11,12 @@
 //
 // And who answers is checked: anyone may bind the abstract name
 // `@heapsnap.<pid>` before the recorder does (a process that is not
-// recorded has none), so after connecting the client asks the kernel
-// (SO_PEERCRED) which process listens there, and believes nothing unless
-// it is the target (its pid, and its uid or root's: the recorder binds the
-// name as the process started, possibly as root before a uid change).
+// recorded has none; a recorder that finds it taken listens on
+// `@heapsnap.<pid>.<n>`), so after connecting to each of the names in turn
+// the client asks the kernel (SO_PEERCRED) which process listens there,
+// sends nothing to one that is not the target (its pid, and its uid or
+// root's: the recorder binds the name as the process started, possibly as
+// root before a uid change), and goes on to the next name.
 //
 // One exchange is bounded by one deadline, connecting included: a stopped
 // process still accepts connections (the kernel queues them) but never
@@ -50,9 +52,16 @@ std::optional<ProcessUids> process_uids(pid_t pid);
 // Root, or the process's current real or effective uid.
 bool may_control(const ProcessUids& uids, uid_t caller);
 
+// The abstract names the recorder of `pid` may listen on, in the order it
+// tries them: "heapsnap.<pid>", then "heapsnap.<pid>.1" to
+// ".<kMaxAlternateNames>" when the first is taken by another process
+// (recorder/control.cpp). A client tries them in that order.
+inline constexpr unsigned kMaxAlternateNames = 16;
+std::vector<std::string> control_socket_names(pid_t pid);
+
 // The pids of the recorders listening in the text of /proc/net/unix: the
-// listening stream sockets named @heapsnap.<pid>, each pid once, in
-// ascending order.
+// listening stream sockets named @heapsnap.<pid> or @heapsnap.<pid>.<n>,
+// each pid once, in ascending order.
 std::vector<pid_t> parse_listening_recorders(std::string_view net_unix);
 
 // Undoes the escapes of a path in a reply: \xHH for control bytes, DEL and
@@ -80,8 +89,8 @@ struct ControlAnswer {
     UniqueFd fd;       // a descriptor it passed (SCM_RIGHTS), if any
 };
 
-// Connects to the recorder of `pid`, checks who listens there against
-// `uids`, sends `request` (one line, newline included) and reads until the
+// Connects to the recorder of `pid` (the first of control_socket_names
+// whose listener is the process, checked against `uids`), sends `request` (one line, newline included) and reads until the
 // recorder closes the connection, all within `timeout_s` seconds. On
 // timeout the message says "process N did not <waiting_for> within T s (is
 // it stopped?)". Throws ControlError.

@@ -9,6 +9,9 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/options.h"
+#include "util/read_budget.h"
+#include "util/text.h"
 #include "util/error.h"
 
 namespace heapsnap::cli {
@@ -21,8 +24,6 @@ bool stdout_wants_color() {
 bool color_wanted(const std::string& choice) {
     return choice == "always" || (choice == "auto" && stdout_wants_color());
 }
-
-void warn(const std::string& text) { std::cerr << "heapsnap: warning: " << text << "\n"; }
 
 std::string json_text(const nlohmann::json& doc) {
     return doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -53,7 +54,12 @@ int main(int argc, char** argv) {
         return false;
     };
     if (argc > 1 && argv[1][0] != '-' && !known(argv[1])) {
-        std::cerr << "heapsnap: error: unknown command '" << argv[1] << "'\nRun 'heapsnap --help' for usage.\n";
+        std::vector<std::string> names;
+        for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+            names.push_back(sub->get_name());
+        std::string near = nearest(argv[1], names);
+        std::cerr << "heapsnap: error: unknown command '" << heapsnap::terminal_safe(argv[1]) << "'"
+                  << (near.empty() ? "" : " (did you mean " + near + "?)") << "\nRun 'heapsnap --help' for usage.\n";
         return kExitUsage;
     }
     try {
@@ -65,20 +71,29 @@ int main(int argc, char** argv) {
     } catch (const CLI::CallForVersion& e) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
-        std::cerr << "heapsnap: error: " << e.what() << "\nRun 'heapsnap --help' for usage.\n";
+        std::string message = e.what();
+        if (dynamic_cast<const CLI::ExtrasError*>(&e))
+            for (const CLI::App* sub : app.get_subcommands()) message += suggest_for_extras(*sub, sub->remaining());
+        std::cerr << "heapsnap: error: " << heapsnap::terminal_safe(message) << "\nRun 'heapsnap --help' for usage.\n";
         return kExitUsage;
     }
     try {
         return action ? action() : kExitUsage;
-    } catch (const heapsnap::Error& e) {
+    } catch (const heapsnap::BudgetExceeded& e) {
         std::cout.flush();
-        std::cerr << "heapsnap: error: " << e.what() << "\n";
+        std::cerr << "heapsnap: error: reading the input " << heapsnap::terminal_safe(e.what()) << "\n";
+        return kExitError;
+    } catch (const heapsnap::Error& e) {
+        // Messages name files and quote what they hold: one line, whatever
+        // those bytes are.
+        std::cout.flush();
+        std::cerr << "heapsnap: error: " << heapsnap::terminal_safe(e.what()) << "\n";
         return kExitError;
     } catch (const std::bad_alloc&) {
         std::cerr << "heapsnap: error: out of memory\n";
         return kExitError;
     } catch (const std::exception& e) {
-        std::cerr << "heapsnap: error: " << e.what() << "\n";
+        std::cerr << "heapsnap: error: " << heapsnap::terminal_safe(e.what()) << "\n";
         return kExitError;
     }
 }

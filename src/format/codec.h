@@ -125,12 +125,22 @@ public:
         pos_ += n;
         return s;
     }
+    // The same, refused (the input is corrupt) when longer than `max`: the
+    // most any writer puts there.
+    std::string_view str(size_t max) {
+        std::string_view s = str();
+        if (s.size() > max) {
+            fail();
+            return {};
+        }
+        return s;
+    }
     // A count that announces how many items follow; each item needs at least
     // `min_item_bytes`, so a count larger than the rest of the buffer could
-    // hold is corrupt and must not drive an allocation.
-    uint64_t count(size_t min_item_bytes) {
+    // hold, or than `max`, is corrupt and must not drive an allocation.
+    uint64_t count(size_t min_item_bytes, uint64_t max = UINT64_MAX) {
         uint64_t n = varint();
-        if (ok_ && min_item_bytes && n > remaining() / min_item_bytes) fail();
+        if (ok_ && ((min_item_bytes && n > remaining() / min_item_bytes) || n > max)) fail();
         return ok_ ? n : 0;
     }
 

@@ -15,7 +15,10 @@ namespace heapsnap {
 namespace {
 
 constexpr size_t kHeaderSize = 16;
-constexpr uint64_t kMaxBody = 1ull << 32;  // refuse to inflate more than 4 GiB
+// Refuse to inflate more than 1 GiB: a snapshot of a million live call
+// sites with 64 frames each is about 350 MB. The read budget
+// (util/read_budget.h) usually stops a body much earlier.
+constexpr uint64_t kMaxBody = 1ull << 30;
 constexpr uint64_t kFirstChunk = 1ull << 20;
 
 }  // namespace
@@ -41,20 +44,12 @@ void write_framed_file(const std::string& path, const FileKind& kind, const std:
     write_file_atomically(path, encode_framed(path, kind, body));
 }
 
-bool has_magic(const std::string& path, const char* magic) {
-    char head[8];
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    ssize_t n = read(fd, head, sizeof head);
-    close(fd);
-    return n == static_cast<ssize_t>(sizeof head) && std::memcmp(head, magic, sizeof head) == 0;
-}
+bool has_magic(const std::string& path, const char* magic) { return regular_file_starts_with(path, magic, 8); }
 
-std::vector<uint8_t> read_framed_file(const std::string& path, const FileKind& kind) {
-    return decode_framed(path, kind, read_file(path));
-}
+namespace {
 
-std::vector<uint8_t> decode_framed(const std::string& path, const FileKind& kind, const std::vector<uint8_t>& file) {
+std::vector<uint8_t> decode_body(const std::string& path, const FileKind& kind, const std::vector<uint8_t>& file,
+                                 MemoryCharge& held) {
     const std::string name = kind.name;
     if (file.size() < 8 || std::memcmp(file.data(), kind.magic, 8) != 0)
         throw Error(path + ": not a heapsnap " + name + " (bad magic)");
@@ -77,10 +72,17 @@ std::vector<uint8_t> decode_framed(const std::string& path, const FileKind& kind
     }
     if (compressed != frame_size) throw Error(path + ": corrupt " + name + ": trailing bytes after the body");
     if (content == ZSTD_CONTENTSIZE_UNKNOWN || content > kMaxBody) throw Error(path + ": corrupt " + name + ": bad body size");
-    // The announced size is only a claim: a 33-byte file may announce 4 GiB.
-    // Decompress in steps and grow the buffer with what actually comes out.
+    // The announced size is only a claim: a 33-byte file may announce 1 GiB.
+    // Decompress in steps and grow the buffer with what actually comes out,
+    // each step charged to the read budget before it is allocated.
     std::unique_ptr<ZSTD_DCtx, decltype(&ZSTD_freeDCtx)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
-    std::vector<uint8_t> body(std::min<uint64_t>(content, kFirstChunk));
+    auto grow = [&](std::vector<uint8_t>& body, uint64_t size) {
+        budget_take_volume(size - body.size());
+        held.take(size - body.size(), "the decompressed body");
+        body.resize(size);
+    };
+    std::vector<uint8_t> body;
+    grow(body, std::min<uint64_t>(content, kFirstChunk));
     ZSTD_inBuffer in{frame, compressed, 0};
     size_t got = 0;
     for (;;) {
@@ -91,13 +93,30 @@ std::vector<uint8_t> decode_framed(const std::string& path, const FileKind& kind
         if (left == 0) break;  // the frame is complete, checksum verified
         if (got == body.size()) {
             if (body.size() == content) throw Error(path + ": corrupt " + name + ": body larger than announced");
-            body.resize(std::min<uint64_t>(content, body.size() * 2));
+            grow(body, std::min<uint64_t>(content, body.size() * 2));
         } else if (in.pos == in.size) {
             throw Error(path + ": corrupt " + name + ": body does not decompress");
         }
     }
     if (got != content) throw Error(path + ": corrupt " + name + ": body does not decompress");
     return body;
+}
+
+}  // namespace
+
+std::vector<uint8_t> read_framed_file(const std::string& path, const FileKind& kind, MemoryCharge& held) {
+    UniqueFd fd = open_regular_file(path);
+    budget_add_input(fd.get());
+    return decode_framed(path, kind, read_open_file(fd.get(), path), held);
+}
+
+std::vector<uint8_t> decode_framed(const std::string& path, const FileKind& kind, const std::vector<uint8_t>& file,
+                                   MemoryCharge& held) {
+    try {
+        return decode_body(path, kind, file, held);
+    } catch (const BudgetExceeded& e) {
+        throw Error(path + ": reading it " + e.what());
+    }
 }
 
 }  // namespace heapsnap

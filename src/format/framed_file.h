@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "format/codec.h"
+#include "util/read_budget.h"
 
 namespace heapsnap {
 
@@ -24,11 +25,15 @@ struct FileKind {
 void write_framed_file(const std::string& path, const FileKind& kind, const std::vector<uint8_t>& body);
 // Throws heapsnap::Error: "<path>: not a heapsnap <name> (bad magic)",
 // "unsupported <name> format version N", "truncated <name>", "corrupt <name>: ...".
-std::vector<uint8_t> read_framed_file(const std::string& path, const FileKind& kind);
+// The body, decompressed in steps charged to the read budget
+// (util/read_budget.h): to `held` for its memory, which the caller gives
+// back when it lets the body go; "<path>: ..." when the budget is spent.
+std::vector<uint8_t> read_framed_file(const std::string& path, const FileKind& kind, MemoryCharge& held);
 // The same two on the bytes of a whole file, for callers that open files
 // their own way; `path` names the file in messages.
 std::vector<uint8_t> encode_framed(const std::string& path, const FileKind& kind, const std::vector<uint8_t>& body);
-std::vector<uint8_t> decode_framed(const std::string& path, const FileKind& kind, const std::vector<uint8_t>& file);
+std::vector<uint8_t> decode_framed(const std::string& path, const FileKind& kind, const std::vector<uint8_t>& file,
+                                   MemoryCharge& held);
 bool has_magic(const std::string& path, const char* magic);
 
 // A growable encoder for the CLI side, with the same field encodings as

@@ -100,12 +100,27 @@ inline constexpr uint64_t kEventTimeStep = 1000;
 inline constexpr uint64_t kAddressedAllocSize = 64 * 1024;
 
 // Largest uncompressed payload of one zstd frame the writer produces; a
-// reader refuses frames announcing more than kMaxFramePayload (corrupt).
-// 1 MiB: frames are independent, so each one pays again for the first
-// occurrence of every repeating pattern; on churn 1 MiB frames make the log
-// 27% smaller than 256 KiB ones (formats/hslog.md, "Version 3").
+// reader refuses frames announcing more than kMaxFramePayload (corrupt):
+// the writer's frame buffer holds a frame's payload plus one marker of at
+// most 8 MiB (writer.cpp, markers.cpp). 1 MiB: frames are independent, so
+// each one pays again for the first occurrence of every repeating pattern;
+// on churn 1 MiB frames make the log 27% smaller than 256 KiB ones
+// (formats/hslog.md, "Version 3").
 inline constexpr uint32_t kFramePayload = 1024 * 1024;
-inline constexpr uint32_t kMaxFramePayload = 64 * 1024 * 1024;
+inline constexpr uint32_t kMaxFramePayload = 16 * 1024 * 1024;
+
+// The most a recorder writes in a field; a reader takes more as
+// corruption before it allocates anything (formats/hslog.md, "Reading
+// rules"). Frames of a stack: HEAPSNAP_DEPTH is at most 256, and the
+// unwinder may walk a few more before it cuts. Paths: PATH_MAX, and an
+// smaps path may carry " (deleted)". The command line: the writer's
+// buffer.
+inline constexpr uint32_t kMaxStackFrames = 512;
+inline constexpr size_t kMaxLabelBytes = 256;
+inline constexpr size_t kMaxPathBytes = 4096 + 16;
+inline constexpr size_t kMaxBuildIdBytes = 64;
+inline constexpr size_t kMaxCmdlineBytes = 8192;
+inline constexpr size_t kMaxVersionBytes = 64;
 // Largest sampling distance a recorder accepts (HEAPSNAP_SAMPLE_BYTES): 1
 // GiB, so a sampled block never stands for more than 2^32 blocks.
 inline constexpr uint64_t kMaxSampleBytes = uint64_t{1} << 30;

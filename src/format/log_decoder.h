@@ -27,6 +27,7 @@
 #include "format/hslog.h"
 #include "format/log_reader.h"
 #include "util/error.h"
+#include "util/read_budget.h"
 
 namespace heapsnap {
 
@@ -121,12 +122,17 @@ protected:
     uint64_t records_ = 0;
     uint64_t events_ = 0;
     AllocInfos infos_;
+    // What this read holds for its records (allocation infos, markers),
+    // given back when it ends.
+    MemoryCharge charge_;
+    SteppedCharge infos_charge_{charge_, 2 * sizeof(AllocInfo), "allocation infos"};
 
 private:
     void process(codec::Reader& r, LogVisitor& visitor);
     void marker(codec::Reader& r, LogVisitor& visitor);
 
     std::vector<StackFrame> frames_;
+    std::vector<bool> stack_defined_;  // by id
 };
 
 // Decodes the records of one frame after another for a `Visitor`.
@@ -204,6 +210,8 @@ private:
             if (!infos_.alloc_at(e.address)) return r.invalidate();  // already live: the writer frees first
         } else {
             e.info = infos_.define(fn, e.size, e.stack);
+            if (!e.info) return r.invalidate();  // more infos than ids
+            infos_charge_.reach(e.info);
         }
         visitor_.on_alloc(e);
     }
@@ -247,13 +255,17 @@ ReadSummary read_log_as(const LogFile& log, Visitor& visitor, const StreamPositi
     RecordDecoder<Visitor> decoder(path, visitor, summary);
     if (from) decoder.resume(*from);
     LogFrames::Frame frame;
-    while (frames.next(frame, decoder.events())) {
-        if (!decoder.decode(frame.records, frame.offset)) {
-            summary.stopped = true;
-            summary.resumable = decoder.frame_done();
-            summary.resume = decoder.position(frame.end);
-            break;
+    try {
+        while (frames.next(frame, decoder.events())) {
+            if (!decoder.decode(frame.records, frame.offset)) {
+                summary.stopped = true;
+                summary.resumable = decoder.frame_done();
+                summary.resume = decoder.position(frame.end);
+                break;
+            }
         }
+    } catch (const BudgetExceeded& e) {
+        throw Error(path + ": reading it " + e.what());
     }
     if (!decoder.has_process()) throw Error(path + ": truncated heapsnap log: no complete frame");
     summary.records = decoder.records();

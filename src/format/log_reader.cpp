@@ -16,6 +16,8 @@
 
 #include "format/log_decoder.h"
 #include "util/error.h"
+#include "util/files.h"
+#include "util/text.h"
 
 namespace heapsnap {
 namespace {
@@ -26,28 +28,22 @@ class MappedFile {
 public:
     explicit MappedFile(const LogFile& log) {
         const std::string& path = log.path;
-        int fd = log.fd >= 0 ? log.fd : open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) throw Error(path + ": " + std::strerror(errno));
-        auto close_own = [&] {
-            if (fd != log.fd) close(fd);
-        };
+        UniqueFd own;
+        if (log.fd >= 0)
+            check_regular_file(log.fd, path);
+        else
+            own = open_regular_file(path);
+        int fd = log.fd >= 0 ? log.fd : own.get();
+        budget_add_input(fd);
         struct stat st;
-        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-            close_own();
-            throw Error(path + ": not a regular file");
-        }
+        if (fstat(fd, &st) != 0) throw Error(path + ": " + std::strerror(errno));
         size_ = static_cast<size_t>(st.st_size);
         if (size_) {
             void* p = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-            if (p == MAP_FAILED) {
-                int err = errno;
-                close_own();
-                throw Error(path + ": " + std::strerror(err));
-            }
+            if (p == MAP_FAILED) throw Error(path + ": " + std::strerror(errno));
             data_ = static_cast<const uint8_t*>(p);
             madvise(p, size_, MADV_SEQUENTIAL);
         }
-        close_own();
     }
     ~MappedFile() {
         if (data_) munmap(const_cast<uint8_t*>(data_), size_);
@@ -83,7 +79,7 @@ public:
         clock_gettime(CLOCK_MONOTONIC, &now);
         double elapsed = static_cast<double>(now.tv_sec - start_.tv_sec) + (now.tv_nsec - start_.tv_nsec) / 1e9;
         if (elapsed < 1.0) return;
-        std::fprintf(stderr, "\rheapsnap: reading %s: %3.0f%% (%.1f M events)", path_.c_str(),
+        std::fprintf(stderr, "\rheapsnap: reading %s: %3.0f%% (%.1f M events)", terminal_safe(path_).c_str(),
                      100.0 * static_cast<double>(done) / static_cast<double>(total_ ? total_ : 1),
                      static_cast<double>(events) / 1e6);
         shown_ = true;
@@ -129,8 +125,8 @@ void RecordStream::record(hslog::Tag tag, codec::Reader& r, LogVisitor& visitor)
             m.load_bias = r.varint();
             m.start = r.varint();
             m.end = r.varint();
-            m.path = std::string(r.str());
-            m.build_id = std::string(r.str());
+            m.path = std::string(r.str(hslog::kMaxPathBytes));
+            m.build_id = std::string(r.str(hslog::kMaxBuildIdBytes));
             if (r.ok()) visitor.on_module_load(m);
             return;
         }
@@ -144,13 +140,17 @@ void RecordStream::record(hslog::Tag tag, codec::Reader& r, LogVisitor& visitor)
             uint64_t wide = r.varint();
             if (wide == 0 || wide > stacks_ + kStackIdSlack) r.invalidate();
             auto id = static_cast<uint32_t>(wide);
-            uint64_t n = r.count(2);
+            // Each id is defined once (the recorder numbers its stacks).
+            if (r.ok() && id >= stack_defined_.size()) stack_defined_.resize(std::max<size_t>(id + 1, 2 * stack_defined_.size()));
+            if (r.ok() && stack_defined_[id]) r.invalidate();
+            uint64_t n = r.count(2, hslog::kMaxStackFrames);
             frames_.resize(n);
             for (auto& f : frames_) {
                 f.module = static_cast<uint32_t>(r.varint());
                 f.vaddr = r.varint();
             }
             if (!r.ok()) return;
+            stack_defined_[id] = true;
             stacks_++;
             max_stack_ = std::max(max_stack_, id);
             visitor.on_stack(id, frames_);
@@ -240,7 +240,7 @@ void RecordStream::record(hslog::Tag tag, codec::Reader& r, LogVisitor& visitor)
 void RecordStream::process(codec::Reader& r, LogVisitor& visitor) {
     ProcessInfo p;
     read_process_head(r, p);
-    std::string_view cmdline = r.str();
+    std::string_view cmdline = r.str(hslog::kMaxCmdlineBytes);
     while (!cmdline.empty()) {
         size_t nul = cmdline.find('\0');
         p.argv.emplace_back(cmdline.substr(0, nul));
@@ -258,7 +258,7 @@ void RecordStream::process(codec::Reader& r, LogVisitor& visitor) {
 }
 
 void read_process_head(codec::Reader& r, ProcessInfo& p) {
-    p.recorder_version = std::string(r.str());
+    p.recorder_version = std::string(r.str(hslog::kMaxVersionBytes));
     p.pid = r.varint();
     p.ppid = r.varint();
     p.uid = r.varint();
@@ -267,7 +267,25 @@ void read_process_head(codec::Reader& r, ProcessInfo& p) {
     p.page_size = r.varint();
     p.unwind = static_cast<hslog::UnwindMode>(r.u8());
     p.max_depth = static_cast<uint32_t>(r.varint());
-    p.exe = std::string(r.str());
+    p.exe = std::string(r.str(hslog::kMaxPathBytes));
+}
+
+MarkerRecord without_regions(const MarkerRecord& m) {
+    MarkerRecord c;
+    c.time_ns = m.time_ns;
+    c.thread = m.thread;
+    c.index = m.index;
+    c.cause = m.cause;
+    c.label = m.label;
+    c.events = m.events;
+    c.rss_kb = m.rss_kb;
+    c.threads = m.threads;
+    c.recorder_bytes = m.recorder_bytes;
+    c.has_malloc = m.has_malloc;
+    c.malloc = m.malloc;
+    c.has_allocator = m.has_allocator;
+    c.allocator = m.allocator;
+    return c;
 }
 
 void read_malloc_stats(codec::Reader& r, MarkerRecord& m) {
@@ -308,6 +326,11 @@ void write_malloc_stats(std::vector<uint8_t>& out, const MarkerRecord& m) {
     out.insert(out.end(), buf, buf + w.size());
 }
 
+// What a marker costs its readers besides its label and regions: a
+// MarkerRecord (232 bytes) in a listing row, in a vector that doubles,
+// and its row of JSON or text.
+constexpr uint64_t kMarkerBytes = 2048;
+
 void RecordStream::marker(codec::Reader& r, LogVisitor& visitor) {
     MarkerRecord m;
     m.time_ns = advance(r);
@@ -316,7 +339,7 @@ void RecordStream::marker(codec::Reader& r, LogVisitor& visitor) {
     if (summary_.version >= hslog::kUnrecordedVersion) m.unrecorded = r.varint();
     m.index = static_cast<uint32_t>(r.varint());
     m.cause = static_cast<hslog::MarkerCause>(r.u8());
-    m.label = std::string(r.str());
+    m.label = std::string(r.str(hslog::kMaxLabelBytes));
     m.rss_kb = r.varint();
     m.threads = static_cast<uint32_t>(r.varint());
     m.recorder_bytes = r.varint();
@@ -326,8 +349,10 @@ void RecordStream::marker(codec::Reader& r, LogVisitor& visitor) {
         r.invalidate();
         regions = 0;
     }
+    charge_.take(uint64_t{regions} * sizeof(MapRegion), "address-space regions");
     m.regions.reserve(regions);
     uint64_t prev_end = 0;
+    uint64_t path_bytes = 0;
     for (uint32_t i = 0; i < regions && r.ok(); ++i) {
         MapRegion g;
         g.start = prev_end + static_cast<uint64_t>(r.svarint());
@@ -336,15 +361,21 @@ void RecordStream::marker(codec::Reader& r, LogVisitor& visitor) {
         g.hint = static_cast<hslog::RegionHint>(r.u8());
         g.offset = r.varint();
         g.inode = r.varint();
-        g.path = std::string(r.str());
+        g.path = std::string(r.str(hslog::kMaxPathBytes));
         g.rss_kb = r.varint();
         g.pss_kb = r.varint();
         g.private_dirty_kb = r.varint();
         g.swap_kb = r.varint();
         prev_end = g.end;
+        if (g.path.size() >= sizeof(std::string)) path_bytes += g.path.capacity() + 1;
         m.regions.push_back(std::move(g));
     }
-    if (r.ok()) visitor.on_marker(m);
+    if (!r.ok()) return;
+    // Visitors keep markers (a listing, the markers before a moment, a
+    // snapshot at each), in vectors that double, and print them: as many
+    // as the log has.
+    charge_.take(kMarkerBytes + m.label.size() + path_bytes, "markers");
+    visitor.on_marker(m);
     return;
 }
 
@@ -410,6 +441,7 @@ bool LogFrames::next(Frame& out, uint64_t events) {
     unsigned long long content = ZSTD_getFrameContentSize(frame, frame_size);
     if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN || content > hslog::kMaxFramePayload)
         throw Error(path + ": corrupt log: bad frame header at byte " + std::to_string(offset));
+    budget_take_volume(content);
     s.payload.resize(content);
     size_t got = ZSTD_decompressDCtx(s.dctx.get(), s.payload.data(), s.payload.size(), frame, frame_size);
     if (ZSTD_isError(got) || got != content)
@@ -439,6 +471,10 @@ bool AllocInfos::restore(std::vector<AllocInfo> infos, const std::vector<uint64_
     for (uint64_t address : addressed)
         if (address == 0 || !addressed_.insert(address, 1)) return false;
     return true;
+}
+
+bool looks_like_log(const std::string& path) {
+    return regular_file_starts_with(path, hslog::kMagic, sizeof hslog::kMagic);
 }
 
 ReadSummary read_log(const LogFile& log, LogVisitor& visitor) { return read_log_as(log, visitor); }

@@ -161,6 +161,10 @@ struct MarkerRecord {
 // command line and sample_bytes follow, encoded differently in each.
 void read_process_head(codec::Reader& r, ProcessInfo& p);
 
+// A copy of `m` without its regions, for the lists of markers readers
+// keep (a marker of a large process holds a million regions).
+MarkerRecord without_regions(const MarkerRecord& m);
+
 // A marker's allocator statistics as the log (version 7) and the snapshot
 // (version 4) both store them: a byte (hslog::MarkerStats), then for 1 the
 // seven mallinfo2 varints, for 2 another allocator's (hslog.h,
@@ -223,8 +227,13 @@ class AllocInfos {
 public:
     AllocInfos() { infos_.emplace_back(); }  // id 0 is never an info
 
-    // A full Alloc: defines the next info id, with one live block.
+    // A full Alloc: defines the next info id, with one live block; 0 once
+    // kMaxInfos are defined (no recorder gets near: each is a distinct
+    // triple, 24 bytes here).
+    static constexpr size_t kMaxInfos = (size_t{1} << 30) - 1;
     uint32_t define(hslog::AllocFn fn, uint64_t size, uint32_t stack) {
+        if (infos_.size() > kMaxInfos) [[unlikely]]
+            return 0;
         infos_.push_back(AllocInfo{size, stack, 1, fn});
         return static_cast<uint32_t>(infos_.size() - 1);
     }
@@ -314,6 +323,8 @@ struct LogFile {
 // for a visitor class known at compile time, and continues a read from a
 // position an earlier read reported as resumable.
 ReadSummary read_log(const LogFile& log, LogVisitor& visitor);
+// Whether `path` is a regular file that starts with a log's magic.
+bool looks_like_log(const std::string& path);
 ReadSummary read_log(const std::string& path, LogVisitor& visitor);
 
 }  // namespace heapsnap

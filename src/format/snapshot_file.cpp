@@ -3,6 +3,7 @@
 #include "format/codec.h"
 #include "format/framed_file.h"
 #include "util/error.h"
+#include "util/read_budget.h"
 
 namespace heapsnap {
 namespace {
@@ -57,8 +58,9 @@ void put_marker(ByteBuffer& o, const MarkerRecord& m, bool has_data) {
 
 void get_process(codec::Reader& r, ProcessInfo& p) {
     read_process_head(r, p);
-    uint64_t n = r.count(1);
-    for (uint64_t i = 0; i < n && r.ok(); ++i) p.argv.emplace_back(r.str());
+    // The arguments of a command line of at most kMaxCmdlineBytes.
+    uint64_t n = r.count(1, hslog::kMaxCmdlineBytes);
+    for (uint64_t i = 0; i < n && r.ok(); ++i) p.argv.emplace_back(r.str(hslog::kMaxCmdlineBytes));
     p.sample_bytes = r.varint();
 }
 
@@ -68,13 +70,14 @@ void get_marker(codec::Reader& r, MarkerRecord& m, bool& has_data) {
     m.thread = static_cast<uint32_t>(r.varint());
     m.index = static_cast<uint32_t>(r.varint());
     m.cause = static_cast<hslog::MarkerCause>(r.u8());
-    m.label = std::string(r.str());
+    m.label = std::string(r.str(hslog::kMaxLabelBytes));
     m.events = r.varint();
     m.rss_kb = r.varint();
     m.threads = static_cast<uint32_t>(r.varint());
     m.recorder_bytes = r.varint();
     read_malloc_stats(r, m);
     uint64_t n = r.count(11);
+    budget_take_memory(n * sizeof(MapRegion), "address-space regions");
     m.regions.resize(n);
     for (MapRegion& g : m.regions) {
         g.start = r.varint();
@@ -83,7 +86,8 @@ void get_marker(codec::Reader& r, MarkerRecord& m, bool& has_data) {
         g.hint = static_cast<hslog::RegionHint>(r.u8());
         g.offset = r.varint();
         g.inode = r.varint();
-        g.path = std::string(r.str());
+        g.path = std::string(r.str(hslog::kMaxPathBytes));
+        budget_take_memory(g.path.capacity(), "address-space regions");
         g.rss_kb = r.varint();
         g.pss_kb = r.varint();
         g.private_dirty_kb = r.varint();
@@ -108,8 +112,8 @@ void get_module(codec::Reader& r, SnapshotModule& m) {
     m.record.load_bias = r.varint();
     m.record.start = r.varint();
     m.record.end = r.varint();
-    m.record.path = std::string(r.str());
-    m.record.build_id = std::string(r.str());
+    m.record.path = std::string(r.str(hslog::kMaxPathBytes));
+    m.record.build_id = std::string(r.str(hslog::kMaxBuildIdBytes));
     m.loaded = r.u8() != 0;
 }
 
@@ -140,7 +144,7 @@ void put_stack(ByteBuffer& o, uint32_t id, std::span<const StackFrame> frames) {
 
 uint32_t get_stack(codec::Reader& r, std::vector<StackFrame>& frames) {
     auto id = static_cast<uint32_t>(r.varint());
-    frames.resize(r.count(2));
+    frames.resize(r.count(2, hslog::kMaxStackFrames));
     for (StackFrame& f : frames) {
         f.module = static_cast<uint32_t>(r.varint());
         f.vaddr = r.varint();
@@ -177,29 +181,37 @@ std::vector<uint8_t> encode_body(const Snapshot& s) {
     return std::move(o.bytes());
 }
 
+// What a module of a Snapshot holds beyond its strings' bytes.
+constexpr uint64_t kModuleBytes = sizeof(SnapshotModule) + 64;
+
 Snapshot decode_body(const std::string& path, const uint8_t* data, size_t size) {
     codec::Reader r(data, size);
     Snapshot s;
     get_process(r, s.process);
     get_marker(r, s.marker, s.has_marker_data);
-    s.source = std::string(r.str());
+    s.source = std::string(r.str(hslog::kMaxPathBytes));
     SnapshotTotals& t = s.totals;
     for (uint64_t* v : {&t.live_bytes, &t.live_blocks, &t.mmap_bytes, &t.mmap_regions, &t.events, &t.allocations,
                         &t.untracked_frees, &t.peak_bytes, &t.peak_time_ns})
         *v = r.varint();
     uint64_t n = r.count(8);
+    budget_take_memory(n * kModuleBytes, "modules");
     s.modules.resize(n);
     for (SnapshotModule& m : s.modules) get_module(r, m);
     n = r.count(5);
+    budget_take_memory(n * sizeof(ThreadStartRecord), "threads");
     s.threads.resize(n);
     for (ThreadStartRecord& th : s.threads) get_thread(r, th);
     n = r.count(2);
     for (uint64_t i = 0; i < n && r.ok(); ++i) {
         std::vector<StackFrame> stack;
         uint32_t id = get_stack(r, stack);
-        s.stacks.emplace(id, std::move(stack));
+        budget_take_memory(kSnapshotStackBytes + stack.size() * sizeof(StackFrame), "stacks");
+        // Each id once: a second definition would replace the first.
+        if (!s.stacks.emplace(id, std::move(stack)).second) r.invalidate();
     }
     n = r.count(6);
+    budget_take_memory(n * sizeof(SnapshotEntry), "entries");
     s.entries.resize(n);
     for (SnapshotEntry& e : s.entries) {
         e.stack = static_cast<uint32_t>(r.varint());
@@ -225,8 +237,13 @@ void write_snapshot(const std::string& path, const Snapshot& snapshot) {
 bool looks_like_snapshot(const std::string& path) { return has_magic(path, kSnapshotKind.magic); }
 
 Snapshot read_snapshot(const std::string& path) {
-    std::vector<uint8_t> body = read_framed_file(path, kSnapshotKind);
-    return decode_body(path, body.data(), body.size());
+    MemoryCharge body_charge;  // given back with the body, once decoded
+    std::vector<uint8_t> body = read_framed_file(path, kSnapshotKind, body_charge);
+    try {
+        return decode_body(path, body.data(), body.size());
+    } catch (const BudgetExceeded& e) {
+        throw Error(path + ": reading it " + e.what());
+    }
 }
 
 }  // namespace heapsnap

@@ -74,6 +74,10 @@ struct Snapshot {
     double time_s() const { return static_cast<double>(marker.time_ns - process.start_ns) / 1e9; }
 };
 
+// What one stack of a Snapshot holds besides its frames (its map node and
+// vector), as the read budget charges it (util/read_budget.h).
+inline constexpr uint64_t kSnapshotStackBytes = 96;
+
 // Throws heapsnap::Error on any I/O problem.
 void write_snapshot(const std::string& path, const Snapshot& snapshot);
 // Throws heapsnap::Error for files that are not snapshots, other versions,

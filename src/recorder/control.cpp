@@ -25,6 +25,9 @@ constexpr size_t kMaxRequest = 512;
 // whenever the writer polls, so a client that dribbles or stalls costs
 // nothing but its slot.
 constexpr uint64_t kRequestDeadlineNs = 1000000000;
+// Names "heapsnap.<pid>.1" to ".16" when "heapsnap.<pid>" is taken; the
+// client tries as many (cli/control_client.h, kMaxAlternateNames).
+constexpr unsigned kMaxAlternateNames = 16;
 
 struct Pending {
     int fd;
@@ -244,23 +247,57 @@ void close_reading() {
     g_reading_count = 0;
 }
 
-}  // namespace
-
-void control_open() {
-    if (g_listen >= 0) return;
+// Binds `name` (abstract) and listens; -1 and errno on failure.
+int listen_on(const char* name) {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return;
+    if (fd < 0) return -1;
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
-    char name[64] = "heapsnap.";
-    format_uint(static_cast<uint64_t>(getpid()), name + strlen(name));
     size_t name_len = strlen(name);
     memcpy(addr.sun_path + 1, name, name_len);
     socklen_t addr_len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name_len);
     if (bind(fd, reinterpret_cast<sockaddr*>(&addr), addr_len) != 0 || listen(fd, 8) != 0) {
+        int err = errno;
         close_own(fd);
+        errno = err;
+        return -1;
+    }
+    return fd;
+}
+
+}  // namespace
+
+// "heapsnap.<pid>", or, when another process holds that name (abstract
+// names belong to nobody, formats/control.md), "heapsnap.<pid>.<n>" for the
+// first free n up to kMaxAlternateNames. A client tries the same names and
+// believes only the listener whose SO_PEERCRED pid is the process's, so a
+// squatter on any of them gets no request and delays nobody; the process
+// says on stderr (and in the system log) where it listens instead.
+void control_open() {
+    if (g_listen >= 0) return;
+    char name[64] = "heapsnap.";
+    format_uint(static_cast<uint64_t>(getpid()), name + strlen(name));
+    size_t base_len = strlen(name);
+    int fd = listen_on(name);
+    if (fd < 0 && errno != EADDRINUSE) return;
+    for (unsigned n = 1; fd < 0 && n <= kMaxAlternateNames; ++n) {
+        name[base_len] = '.';
+        format_uint(n, name + base_len + 1);
+        fd = listen_on(name);
+        if (fd < 0 && errno != EADDRINUSE) return;
+    }
+    char taken[160] = "@";  // "@heapsnap.<pid>", or the whole range when every name is taken
+    memcpy(taken + 1, name, base_len);
+    taken[base_len + 1] = 0;
+    if (fd < 0) {
+        strcat(taken, " to @");
+        strcat(taken, name);
+        alert("control socket names ", taken,
+              " are all taken by other processes; heapsnap snapshot cannot reach this process");
         return;
     }
+    if (name[base_len])
+        alert("control socket name ", taken, " is taken by another process; serving snapshots on @", name);
     own_fd_adopt(fd, &g_listen);
 }
 

@@ -3,7 +3,10 @@
 //
 // A Unix stream socket in the abstract namespace named "heapsnap.<pid>"
 // (formats/control.md): no file to clean up or to race on in /tmp, no signal
-// number taken from the program. The writer thread accepts connections; a
+// number taken from the program. Abstract names belong to nobody: when
+// another process holds that one, the recorder says so and listens on
+// "heapsnap.<pid>.<n>" instead, and clients believe only a listener whose
+// SO_PEERCRED pid is the process's. The writer thread accepts connections; a
 // peer whose SO_PEERCRED uid is neither 0 nor the process's current real
 // or effective uid gets "error permission denied" and nothing else
 // happens. The writer never blocks on a client: requests are read as they

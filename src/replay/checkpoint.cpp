@@ -6,8 +6,10 @@
 
 #include "format/framed_file.h"
 #include "format/snapshot_file.h"
+#include "util/diagnostics.h"
 #include "util/error.h"
 #include "util/files.h"
+#include "util/read_budget.h"
 
 namespace heapsnap {
 namespace {
@@ -32,9 +34,11 @@ uint64_t fingerprint(const LogFile& log) {
     if (log.fd >= 0) {
         n = pread(log.fd, buf, sizeof buf, 0);
     } else {
-        UniqueFd fd(open(log.path.c_str(), O_RDONLY | O_CLOEXEC));
-        if (!fd) return 0;
-        n = read(fd.get(), buf, sizeof buf);
+        try {
+            n = pread(open_regular_file(log.path).get(), buf, sizeof buf, 0);
+        } catch (const Error&) {
+            return 0;
+        }
     }
     uint64_t h = 0xcbf29ce484222325ull;
     for (ssize_t i = 0; i < n; ++i) h = (h ^ buf[i]) * 0x100000001b3ull;
@@ -64,19 +68,50 @@ std::optional<Place> place_of(const LogFile& log) {
     return Place{std::move(dir_fd), base + ".checkpoint", checkpoint_path(log.path)};
 }
 
+// A checkpoint is trusted only as the caller's own file: regular, owned
+// by the caller's effective uid, mode 0600, as save_checkpoint makes it.
+// Anything else at its name (a FIFO another user planted in /tmp, a
+// symlink, a device, a file of someone else's) is never opened, read,
+// written through or replaced: the checkpoint is left unused, with one
+// warning per process.
+bool trusted(const struct stat& st) {
+    return S_ISREG(st.st_mode) && st.st_uid == geteuid() && (st.st_mode & 07777) == 0600;
+}
+
+enum class Found { Nothing, Trusted, Untrusted };
+
+Found look_at(const Place& place) {
+    struct stat st;
+    if (fstatat(place.dir.get(), place.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return Found::Nothing;
+    if (trusted(st)) return Found::Trusted;
+    static bool warned = false;
+    if (!warned) {
+        warned = true;
+        warn(place.shown + ": not a regular file of yours with mode 0600; left alone, and no checkpoint is used");
+    }
+    return Found::Untrusted;
+}
+
 }  // namespace
 
 std::string checkpoint_path(const std::string& log) { return log + ".checkpoint"; }
 
 std::optional<Checkpoint> load_checkpoint(const LogFile& log) {
     std::optional<Place> place = place_of(log);
-    if (!place) return std::nullopt;
+    if (!place || look_at(*place) != Found::Trusted) return std::nullopt;
     try {
-        std::vector<uint8_t> file = read_file_at(place->dir.get(), place->name, place->shown);
-        std::vector<uint8_t> body = decode_framed(place->shown, kCheckpointKind, file);
-        codec::Reader r(body.data(), body.size());
-        if (r.varint() != fingerprint(log)) return std::nullopt;
+        // O_NOFOLLOW | O_NONBLOCK, and checked again once open: the name
+        // may have been replaced since look_at.
+        UniqueFd fd(openat(place->dir.get(), place->name.c_str(),
+                           O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY));
+        struct stat st;
+        if (!fd || fstat(fd.get(), &st) != 0 || !trusted(st)) return std::nullopt;
+        budget_add_input(fd.get());
+        std::vector<uint8_t> file = read_open_file(fd.get(), place->shown);
         Checkpoint c;
+        c.body = decode_framed(place->shown, kCheckpointKind, file, c.held);
+        codec::Reader r(c.body.data(), c.body.size());
+        if (r.varint() != fingerprint(log)) return std::nullopt;
         c.position.offset = r.varint();
         c.position.time_ns = r.varint();
         c.position.address = r.varint();
@@ -101,7 +136,7 @@ std::optional<Checkpoint> load_checkpoint(const LogFile& log) {
             get_marker(r, m, has_data);
             c.markers.push_back(std::move(m));
         }
-        c.state.assign(r.position(), r.position() + r.remaining());
+        c.state_offset = static_cast<size_t>(r.position() - c.body.data());
         if (!r.ok()) return std::nullopt;
         if (AllocInfos infos; !infos.restore(c.position.infos, c.position.addressed)) return std::nullopt;
         return c;
@@ -113,7 +148,15 @@ std::optional<Checkpoint> load_checkpoint(const LogFile& log) {
 void save_checkpoint(const LogFile& log, const StreamPosition& position, const std::vector<MarkerRecord>& markers,
                      const Replay& replay) {
     std::optional<Place> place = place_of(log);
-    if (!place) return;
+    if (!place || look_at(*place) == Found::Untrusted) return;
+    // The state, then its compressed copy: a cache not worth more memory
+    // than the read budget has left (util/read_budget.h).
+    MemoryCharge held;
+    try {
+        held.take(2 * replay.state_bytes_bound(), "the checkpoint");
+    } catch (const BudgetExceeded&) {
+        return;
+    }
     ByteBuffer o;
     o.varint(fingerprint(log));
     o.varint(position.offset);

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,18 @@ namespace heapsnap {
 struct Checkpoint {
     StreamPosition position;
     std::vector<MarkerRecord> markers;  // seen before the position, without regions
-    std::vector<uint8_t> state;         // Replay::save_state
+    std::vector<uint8_t> body;          // the checkpoint's, decompressed
+    size_t state_offset = 0;            // where in it Replay::save_state's bytes start
+    MemoryCharge held;                  // the body's memory (util/read_budget.h)
+
+    std::span<const uint8_t> state() const {
+        return std::span<const uint8_t>(body).subspan(state_offset);
+    }
+    // Once the state is loaded into a replay.
+    void drop_state() {
+        body = {};
+        held.give_back();
+    }
 };
 
 std::string checkpoint_path(const std::string& log);

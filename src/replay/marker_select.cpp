@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 
 #include "format/log_decoder.h"
@@ -36,8 +37,7 @@ public:
 
     void on_marker(const MarkerRecord& m) override {
         last_marker_ns_ = std::max(last_marker_ns_, m.time_ns);
-        seen_.push_back(m);
-        seen_.back().regions.clear();
+        seen_.push_back(without_regions(m));
         bool match = false;
         switch (moment_.kind) {
             case Moment::Kind::Exit: match = m.cause == hslog::MarkerCause::Exit; break;
@@ -62,7 +62,7 @@ public:
 
     // Continues from a checkpoint: the state and the markers seen before it.
     void restore(const Checkpoint& c) {
-        codec::Reader r(c.state.data(), c.state.size());
+        codec::Reader r(c.state().data(), c.state().size());
         load_state(r);
         seen_ = c.markers;
     }
@@ -220,16 +220,22 @@ Snapshot snapshot_at(const LogFile& log, const Moment& moment) {
         stop_after = finder.events_at_peak();
         if (!stop_after) throw Error(path + ": no heap allocation in the log, so no peak");
     }
-    MomentReplay replay(moment, stop_after);
-    std::optional<Checkpoint> checkpoint;
-    if (checkpoints_enabled()) checkpoint = load_checkpoint(log);
-    ReadSummary summary;
-    if (checkpoint && after_checkpoint(moment, *checkpoint)) {
-        replay.restore(*checkpoint);
-        summary = read_log_as(log, replay, &checkpoint->position);
-    } else {
-        summary = read_log_as(log, replay);
+    auto replay_ptr = std::make_unique<MomentReplay>(moment, stop_after);
+    std::optional<Checkpoint> checkpoint = checkpoints_enabled() ? load_checkpoint(log) : std::nullopt;
+    if (checkpoint && !after_checkpoint(moment, *checkpoint)) checkpoint.reset();
+    if (checkpoint) {
+        try {
+            replay_ptr->restore(*checkpoint);
+            checkpoint->drop_state();
+        } catch (const BudgetExceeded&) {
+            // The state and the replay it fills do not fit the read budget
+            // together: a cache, so read from the start instead.
+            checkpoint.reset();
+            replay_ptr = std::make_unique<MomentReplay>(moment, stop_after);
+        }
     }
+    MomentReplay& replay = *replay_ptr;
+    ReadSummary summary = read_log_as(log, replay, checkpoint ? &checkpoint->position : nullptr);
     if (replay.taken() && summary.resumable && checkpoints_enabled())
         save_checkpoint(log, summary.resume, replay.seen(), replay);
     if (!replay.taken()) {
@@ -254,8 +260,7 @@ MarkerListing list_markers(const std::string& log) {
     public:
         void on_marker(const MarkerRecord& m) override {
             MarkerRow row;
-            row.marker = m;
-            row.marker.regions.clear();
+            row.marker = without_regions(m);
             row.time_s = static_cast<double>(m.time_ns - process().start_ns) / 1e9;
             row.live_bytes = totals().live_bytes;
             row.live_blocks = totals().live_blocks;

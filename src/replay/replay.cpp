@@ -11,19 +11,24 @@ void Replay::on_process(const ProcessInfo& p) {
     last_time_ns_ = p.start_ns;
 }
 
-void Replay::on_module_load(const ModuleRecord& m) { modules_[m.id] = SnapshotModule{m, true}; }
+void Replay::on_module_load(const ModuleRecord& m) {
+    auto [it, fresh] = modules_.insert_or_assign(m.id, SnapshotModule{m, true});
+    if (fresh) charge_.take(160 + m.path.size() + m.build_id.size(), "modules");
+}
 
 void Replay::on_module_unload(uint32_t module, uint64_t) {
     if (auto it = modules_.find(module); it != modules_.end()) it->second.loaded = false;
 }
 
 void Replay::on_stack(uint32_t stack, std::span<const StackFrame> frames) {
+    charge_.take(StackTable::kBytesPerStack + frames.size() * sizeof(StackFrame), "stacks");
     stacks_.set(stack, frames);
 }
 
 void Replay::on_thread_start(const ThreadStartRecord& t) {
     note_time(t.time_ns);
-    threads_[t.thread] = t;
+    auto [it, fresh] = threads_.insert_or_assign(t.thread, t);
+    if (fresh) charge_.take(96, "threads");
 }
 
 void Replay::on_thread_exit(uint32_t thread, uint64_t time_ns) {
@@ -32,11 +37,32 @@ void Replay::on_thread_exit(uint32_t thread, uint64_t time_ns) {
 }
 
 void Replay::grow_stack_totals(uint32_t stack) {
-    per_stack_.resize(std::max<size_t>(stack + 1, per_stack_.size() * 2));
+    size_t size = std::max<size_t>(stack + 1, per_stack_.size() * 2);
+    charge_.take((size - per_stack_.size()) * sizeof(StackTotals) * 2, "stacks");
+    per_stack_.resize(size);
 }
 
-// A block named by its address: into the address table at `slot`.
-void Replay::hold_address(uint64_t address, uint32_t slot) {
+void Replay::grow_infos(uint32_t info) {
+    // Ids come from the reader, which numbers them 1, 2, 3... (AllocInfos).
+    size_t size = std::max<size_t>(info + 1, infos_.size() * 2);
+    charge_.take((size - infos_.size()) * sizeof(InfoState) * 2, "allocation infos");
+    infos_.resize(size);
+}
+
+void Replay::first_sight(InfoState& s, uint64_t size, uint32_t stack) {
+    s.size = size;
+    s.stack = stack;
+    s.whole = static_cast<uint32_t>(sample_weight_floor(size, process_.sample_bytes));
+}
+
+// A block named by its address: its size, stack and weight to the side
+// table, its address to the address table.
+void Replay::add_addressed(uint32_t slot, uint64_t address, uint64_t size, uint32_t stack, uint32_t weight) {
+    LiveBlock& b = blocks_[slot];
+    b.tag = LiveBlock::kAddressedBlock;
+    b.below = 0;
+    addressed_.insert(slot, AddressedBlock{size, stack, weight});
+    addressed_charge_.reach(addressed_.size());
     bool fresh = false;
     uint32_t* held = block_address_.slot(address, &fresh);
     // Cannot happen with the reader's AllocInfos (the writer frees a
@@ -92,6 +118,7 @@ void Replay::on_mmap(const MmapEvent& e) {
     if (!e.length) return;
     remove_mapping_range(e.address, e.address + e.length);  // MAP_FIXED over a tracked mapping
     mappings_.emplace(e.address, LiveMapping{e.length, e.time_ns, e.stack});
+    mappings_charge_.reach(mappings_.size());
     StackTotals& t = stack_totals(e.stack);
     t.mmap_bytes += e.length;
     t.mmap_regions++;
@@ -120,20 +147,20 @@ void Replay::save_state(ByteBuffer& o) const {
     // Per info, oldest first, so that loading re-adds them in an order
     // that rebuilds every info's LIFO chain; then the addressed blocks.
     uint64_t entries = 0;
-    for_each_block([&](uint32_t, const LiveBlock&) { entries++; });
+    for_each_block([&](uint32_t, const BlockView&) { entries++; });
     o.varint(entries);
     std::vector<uint32_t> chain;
-    for (uint32_t info = 1; info < info_top_.size(); ++info) {
+    for (uint32_t info = 1; info < infos_.size(); ++info) {
         chain.clear();
-        for (uint32_t slot = info_top_[info]; slot; slot = blocks_[slot].below) chain.push_back(slot);
+        for (uint32_t slot = infos_[info].top; slot; slot = blocks_[slot].below) chain.push_back(slot);
         for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-            const LiveBlock& b = blocks_[*it];
+            BlockView b = block(*it);
             for (uint64_t v : {uint64_t{info}, uint64_t{0}, b.size, b.time_ns, uint64_t{b.stack}, uint64_t{b.weight}})
                 o.varint(v);
         }
     }
     block_address_.for_each([&](uint64_t address, uint32_t slot) {
-        const LiveBlock& b = blocks_[slot];
+        BlockView b = block(slot);
         for (uint64_t v : {uint64_t{0}, address, b.size, b.time_ns, uint64_t{b.stack}, uint64_t{b.weight}})
             o.varint(v);
     });
@@ -165,7 +192,7 @@ void Replay::load_state(codec::Reader& r) {
     for (uint64_t n = r.count(2); n-- && r.ok();) {
         std::vector<StackFrame> frames;
         uint32_t id = get_stack(r, frames);
-        stacks_.set(id, frames);
+        if (r.ok()) on_stack(id, frames);
     }
     // Per-stack totals follow from the live blocks and mappings; the live
     // totals were read above and are recounted by add_block.
@@ -179,10 +206,19 @@ void Replay::load_state(codec::Reader& r) {
         // A block has an info or an address, never both; info ids are
         // bounded like stack ids, so a damaged checkpoint cannot make the
         // info table huge.
-        if ((info == 0) == (address == 0) || info > t.events || info >= UINT32_MAX || weight == 0 ||
+        if ((info == 0) == (address == 0) || info > t.events || info > LiveBlock::kInfoMask || weight == 0 ||
             weight > UINT32_MAX || !r.ok()) {
             r.invalidate();
             break;
+        }
+        // An info's blocks share its size and stack, and their weights its
+        // whole part (or one more).
+        if (info) {
+            InfoState& s = info_state(static_cast<uint32_t>(info), size, stack);
+            if (s.size != size || s.stack != stack || weight < s.whole || weight > uint64_t{s.whole} + 1) {
+                r.invalidate();
+                break;
+            }
         }
         add_block(static_cast<uint32_t>(info), address, size, time_ns, stack, static_cast<uint32_t>(weight));
     }
@@ -198,6 +234,13 @@ void Replay::load_state(codec::Reader& r) {
 }
 
 Snapshot Replay::snapshot(const MarkerRecord& marker, bool has_marker_data) const {
+    // A command keeps its snapshots to the end (a trend keeps one per
+    // marker): charged for good, before anything is copied.
+    uint64_t held = marker.regions.size() * sizeof(MapRegion);
+    for (uint32_t id = 0; id < per_stack_.size(); ++id)
+        if (per_stack_[id].blocks || per_stack_[id].mmap_regions)
+            held += 2 * sizeof(SnapshotEntry) + kSnapshotStackBytes + stacks_.depth(id) * sizeof(StackFrame);
+    budget_take_memory(held, "snapshots");
     Snapshot s;
     s.process = process_;
     s.marker = marker;
@@ -206,7 +249,9 @@ Snapshot Replay::snapshot(const MarkerRecord& marker, bool has_marker_data) cons
     for (const auto& [id, m] : modules_) s.modules.push_back(m);
     for (const auto& [index, t] : threads_) s.threads.push_back(t);
 
-    // Age of the live blocks per stack: one pass over the live set.
+    // Age of the live blocks per stack: one pass over the live set, which a
+    // snapshot at every marker makes again and again (util/read_budget.h).
+    budget_take_volume((blocks_.size() + per_stack_.size() + mappings_.size()) / 2);
     struct Age {
         uint64_t oldest = UINT64_MAX;
         uint64_t newest = 0;
@@ -216,7 +261,7 @@ Snapshot Replay::snapshot(const MarkerRecord& marker, bool has_marker_data) cons
         a.oldest = std::min(a.oldest, t);
         a.newest = std::max(a.newest, t);
     };
-    for_each_block([&](uint32_t, const LiveBlock& b) {
+    for_each_block([&](uint32_t, const BlockView& b) {
         if (b.stack < heap_age.size()) note(heap_age[b.stack], b.time_ns);
     });
     for (const auto& [start, m] : mappings_)
@@ -281,10 +326,18 @@ void HistoryReplay::applied() {
 
 HistoryReplay::ThreadState& HistoryReplay::thread_state(uint32_t thread) {
     if (!cached_state_ || cached_thread_ != thread) {
-        cached_state_ = &threads_state_[thread];  // references into an unordered_map stay valid
+        auto [it, fresh] = threads_state_.try_emplace(thread);
+        if (fresh) charge_.take(64, "threads");
+        cached_state_ = &it->second;  // references into an unordered_map stay valid
         cached_thread_ = thread;
     }
     return *cached_state_;
+}
+
+void HistoryReplay::grow_activity(uint32_t stack) {
+    size_t size = std::max<size_t>(stack + 1, activity_.size() * 2);
+    charge_.take((size - activity_.size()) * sizeof(StackActivity) * 2, "stacks");
+    activity_.resize(size);
 }
 
 void HistoryReplay::settle(ThreadState& t, bool temporary) {
@@ -292,13 +345,14 @@ void HistoryReplay::settle(ThreadState& t, bool temporary) {
     t.pending = false;
     if (!temporary) return;
     temporary_ += t.pending_weight;
-    if (t.pending_stack >= activity_.size()) activity_.resize(t.pending_stack + 1);
+    if (t.pending_stack >= activity_.size()) grow_activity(t.pending_stack);
     activity_[t.pending_stack].temporary += t.pending_weight;
 }
 
 void HistoryReplay::change(uint32_t stack, int64_t bytes, int64_t blocks) {
     if (stack >= since_peak_.size()) {
         size_t n = std::max<size_t>(stack + 1, since_peak_.size() * 2);
+        charge_.take((n - since_peak_.size()) * (2 * sizeof(Change) + 1 + sizeof(uint32_t)) * 2, "stacks");
         since_peak_.resize(n);
         at_peak_.resize(n);
         is_touched_.resize(n, 0);
@@ -329,12 +383,12 @@ void HistoryReplay::on_alloc(const AllocEvent& e) {
     ThreadState& t = thread_state(e.thread);
     settle(t, e.fn != hslog::AllocFn::Realloc && e.fn != hslog::AllocFn::Reallocarray);
     Replay::on_alloc(e);
-    const LiveBlock& b = block(last_added());
+    BlockView b = block(last_added());
     change(e.stack, static_cast<int64_t>(b.bytes()), b.weight);
     if (totals().peak_bytes > peak_bytes_) fold_into_peak();
     t.last_alloc = last_added();
     heap_allocations_ += b.weight;
-    if (e.stack >= activity_.size()) activity_.resize(std::max<size_t>(e.stack + 1, activity_.size() * 2));
+    if (e.stack >= activity_.size()) grow_activity(e.stack);
     activity_[e.stack].allocations += b.weight;
     timeline_.add(e.time_ns >= process_.start_ns ? e.time_ns - process_.start_ns : 0, b.weight);
     applied();
@@ -345,7 +399,7 @@ void HistoryReplay::on_free(const FreeEvent& e) {
     ThreadState& t = thread_state(e.thread);
     settle(t, true);
     if (uint32_t slot = slot_freed_by(e)) {
-        const LiveBlock& b = block(slot);
+        BlockView b = block(slot);
         if (t.last_alloc == slot) {
             t.pending = true;
             t.pending_stack = b.stack;
@@ -383,7 +437,7 @@ void HistoryReplay::finish() {
 
 SizeHistogram HistoryReplay::live_sizes() const {
     SizeHistogram h;
-    for_each_block([&](uint32_t, const LiveBlock& b) { h.add(b.size, b.weight); });
+    for_each_block([&](uint32_t, const BlockView& b) { h.add(b.size, b.weight); });
     return h;
 }
 

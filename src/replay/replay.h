@@ -1,26 +1,32 @@
 // Replay of a .hslog: the live heap as it evolves, event by event.
 //
-// One streaming pass; memory is bounded by the live set (one 32-byte entry
-// per live block in a pool whose slots are reused, so there are as many as
-// blocks were live at the peak; one per live mapping; the addresses of the
-// live blocks that have one) plus 4 bytes per allocation info, the stacks
-// and modules, never by the history.
+// One streaming pass; memory is bounded by the live set, never by the
+// history: one 16-byte LiveBlock per block live at the peak (a pool whose
+// slots are reused), 24 bytes per allocation info, the stacks, the live
+// mappings and the addresses of the live blocks that have one
+// (SECURITY.md, "Resource use", has the measured figures). Every table
+// charges what it holds to the read budget (util/read_budget.h), so a
+// small file cannot make it hold more than that budget.
 //
 // Small blocks are named in the log by allocation info (formats/hslog.md,
 // "Allocation infos"), and a Free frees the newest live block of its info:
 // each info keeps its live blocks as a last-in first-out chain through the
 // pool (info id -> top slot, each slot -> the one below), so an event costs
-// two vector lookups and no hashing. Every per-stack total is exact; which
-// block of an info died is the LIFO assumption, so a stack's oldest and
-// newest live-block times are exact only when the program frees that
-// info's blocks in LIFO order. Blocks named by address (AllocAt/FreeAt)
-// are looked up by address and are always exact. Per-stack live totals are kept incrementally, so
-// the state at any moment (a marker, the peak, a time offset) is available
-// without a second look at the blocks.
+// two vector lookups and no hashing. An info's blocks share its size and
+// stack, which the info keeps once; a block keeps only its time, its link
+// and its info. Every per-stack total is exact; which block of an info
+// died is the LIFO assumption, so a stack's oldest and newest live-block
+// times are exact only when the program frees that info's blocks in LIFO
+// order. Blocks named by address (AllocAt/FreeAt) keep size and stack in a
+// side table, are looked up by address and are always exact. Per-stack
+// live totals are kept incrementally, so the state at any moment (a
+// marker, the peak, a time offset) is available without a second look at
+// the blocks.
 //
 // A sampled log is scaled here, per block (replay/sampling.h): every total
 // and entry downstream is already an estimate, and says so through
-// process().sample_bytes.
+// process().sample_bytes. A block's weight is its info's whole part, plus
+// one when its random rounding went up (a bit of the block).
 //
 // Frees of blocks the recorder never saw allocated (inherited across fork,
 // allocated before the recorder started) are counted and otherwise
@@ -43,17 +49,30 @@
 #include "replay/sampling.h"
 #include "replay/stacks.h"
 #include "util/flat_map.h"
+#include "util/pod_array.h"
+#include "util/read_budget.h"
 
 namespace heapsnap {
 
+// A slot of the pool. Free slots have tag 0 and chain through `below`.
 struct LiveBlock {
+    uint64_t time_ns = 0;
+    uint32_t below = 0;  // the next older live block of its info, or the next free slot; 0: none
+    uint32_t tag = 0;    // kAddressedBlock, or an info id; | kRoundedUp
+
+    static constexpr uint32_t kRoundedUp = 1u << 31;       // weight: the info's whole part + 1
+    static constexpr uint32_t kAddressedBlock = 1u << 30;  // size, stack, weight in the side table
+    static constexpr uint32_t kInfoMask = kAddressedBlock - 1;
+    bool live() const { return tag != 0; }
+};
+static_assert(sizeof(LiveBlock) == 16);
+
+// What a consumer sees of a live block.
+struct BlockView {
     uint64_t size = 0;
     uint64_t time_ns = 0;
     uint32_t stack = 0;
-    uint32_t weight = 0;  // blocks it stands for: 1, or more in a sampled log (replay/sampling.h); 0: a free slot
-    uint32_t below = 0;   // the next older live block of its info, or the next free slot; 0: none
-    uint32_t info = 0;    // 0: named by its address (hslog::kAddressedAllocSize)
-    bool live() const { return weight != 0; }
+    uint32_t weight = 0;  // blocks it stands for: 1, or more in a sampled log (replay/sampling.h)
     uint64_t bytes() const { return size * weight; }
 };
 
@@ -90,23 +109,35 @@ public:
     // The live state now, as a snapshot taken at `marker`.
     Snapshot snapshot(const MarkerRecord& marker, bool has_marker_data) const;
 
-    // The whole state, for a checkpoint (replay/checkpoint.h).
+    // The whole state, for a checkpoint (replay/checkpoint.h); it takes
+    // fewer bytes than the tables hold (varints), at most this many.
     void save_state(ByteBuffer& out) const;
+    uint64_t state_bytes_bound() const { return charge_.held(); }
     void load_state(codec::Reader& in);
 
 protected:
     ProcessInfo process_;
     SnapshotTotals totals_;
     uint64_t last_time_ns_ = 0;
+    // What the tables hold, charged to the read budget; given back with them.
+    MemoryCharge charge_;
 
     // For subclasses that watch the live set (HistoryReplay). Blocks are
     // named by their slot in the pool, which a later block may reuse once
     // it is freed.
-    const LiveBlock& block(uint32_t slot) const { return blocks_[slot]; }
+    BlockView block(uint32_t slot) const {
+        const LiveBlock& b = blocks_[slot];
+        if (b.tag & LiveBlock::kAddressedBlock) [[unlikely]] {
+            const AddressedBlock* a = addressed_.find(slot);
+            return BlockView{a->size, b.time_ns, a->stack, a->weight};
+        }
+        const InfoState& info = infos_[b.tag & LiveBlock::kInfoMask];
+        return BlockView{info.size, b.time_ns, info.stack, info.whole + (b.tag >> 31)};
+    }
     uint32_t last_added() const { return last_added_; }
     // The slot of the block `e` will free, 0 if none (an untracked free).
     uint32_t slot_freed_by(const FreeEvent& e) const {
-        if (e.info) return e.info < info_top_.size() ? info_top_[e.info] : 0;
+        if (e.info) return e.info < infos_.size() ? infos_[e.info].top : 0;
         if (e.untracked) return 0;
         const uint32_t* slot = block_address_.find(e.address);
         return slot ? *slot : 0;
@@ -114,12 +145,25 @@ protected:
     template <class Fn>
     void for_each_block(Fn&& fn) const {
         for (uint32_t slot = 1; slot < blocks_.size(); ++slot)
-            if (blocks_[slot].live()) fn(slot, blocks_[slot]);
+            if (blocks_[slot].live()) fn(slot, block(slot));
     }
     const StackTable& stack_table() const { return stacks_; }
     StackTable& stacks_mutable() { return stacks_; }
 
 private:
+    // An allocation info as the replay keeps it: what its blocks share.
+    struct InfoState {
+        uint64_t size = 0;
+        uint32_t stack = 0;
+        uint32_t top = 0;    // slot of its newest live block, 0 if none
+        uint32_t whole = 0;  // the whole part of its blocks' weight; 0: not seen yet
+    };
+    struct AddressedBlock {
+        uint64_t size = 0;
+        uint32_t stack = 0;
+        uint32_t weight = 0;
+    };
+
     void remove_mapping_range(uint64_t start, uint64_t end);
     // Inline: two calls per event on the replay's hot path.
     StackTotals& stack_totals(uint32_t stack) {
@@ -128,23 +172,39 @@ private:
         return per_stack_[stack];
     }
     void grow_stack_totals(uint32_t stack);
+    InfoState& info_state(uint32_t info, uint64_t size, uint32_t stack) {
+        if (info >= infos_.size()) [[unlikely]]
+            grow_infos(info);
+        InfoState& s = infos_[info];
+        if (!s.whole) [[unlikely]]
+            first_sight(s, size, stack);
+        return s;
+    }
+    void grow_infos(uint32_t info);
+    void first_sight(InfoState& s, uint64_t size, uint32_t stack);
     void note_time(uint64_t t) { last_time_ns_ = t; }
     void add_block(uint32_t info, uint64_t address, uint64_t size, uint64_t time_ns, uint32_t stack, uint32_t weight);
     void remove_block(uint32_t slot);
     // The rare blocks named by their address, out of line.
-    void hold_address(uint64_t address, uint32_t slot);
+    void add_addressed(uint32_t slot, uint64_t address, uint64_t size, uint32_t stack, uint32_t weight);
     void free_addressed(const FreeEvent& e);
 
-    std::vector<LiveBlock> blocks_ = std::vector<LiveBlock>(1);  // the pool, by slot; slot 0 is never used
+    PodArray<LiveBlock> blocks_;       // the pool, by slot; slot 0 is never used
     uint32_t free_slot_ = 0;           // first free slot, the others chained through `below`
     uint32_t last_added_ = 0;          // slot of the latest block added
-    std::vector<uint32_t> info_top_;   // by info id: slot of its newest live block, 0 if none
+    std::vector<InfoState> infos_;     // by info id
     FlatMap<uint32_t> block_address_;  // address -> slot, for the blocks the log names by address
+    FlatMap<AddressedBlock> addressed_;  // slot -> size, stack, weight of those
     std::map<uint64_t, LiveMapping> mappings_;  // by start address
     std::vector<StackTotals> per_stack_;        // by stack id
     StackTable stacks_;
     std::map<uint32_t, SnapshotModule> modules_;
     std::map<uint32_t, ThreadStartRecord> threads_;  // live threads
+    SteppedCharge blocks_charge_{charge_, sizeof(LiveBlock), "live blocks"};
+    // A map entry of 48 bytes, its node and malloc's header.
+    SteppedCharge mappings_charge_{charge_, 96, "live mappings"};
+    // Both address tables, at up to 7/8 load, while one rehashes.
+    SteppedCharge addressed_charge_{charge_, 128, "live blocks of 64 KiB or more"};
 };
 
 // ---- The replay's hot path, inline so that a `final` visitor read through
@@ -156,31 +216,30 @@ private:
     if (slot) {
         free_slot_ = blocks_[slot].below;
     } else {
+        if (blocks_.size() == 0) [[unlikely]]
+            blocks_.push();  // slot 0
         slot = static_cast<uint32_t>(blocks_.size());
-        blocks_.emplace_back();
+        blocks_.push();
+        blocks_charge_.reach(slot);
     }
     // Field by field: copying a whole LiveBlock built on the stack stalls
     // store forwarding, and this runs once per allocation.
     LiveBlock& b = blocks_[slot];
-    b.size = size;
     b.time_ns = time_ns;
-    b.stack = stack;
-    b.weight = weight;
-    b.info = info;
     if (info) [[likely]] {
-        if (info >= info_top_.size()) [[unlikely]]
-            info_top_.resize(std::max<size_t>(info + 1, info_top_.size() * 2));
-        b.below = info_top_[info];
-        info_top_[info] = slot;
+        InfoState& s = info_state(info, size, stack);
+        b.tag = info | (weight > s.whole ? LiveBlock::kRoundedUp : 0);
+        b.below = s.top;
+        s.top = slot;
     } else {
-        b.below = 0;
-        hold_address(address, slot);
+        add_addressed(slot, address, size, stack, weight);
     }
     last_added_ = slot;
+    uint64_t bytes = size * weight;
     StackTotals& t = stack_totals(stack);
-    t.bytes += b.bytes();
+    t.bytes += bytes;
     t.blocks += weight;
-    totals_.live_bytes += b.bytes();
+    totals_.live_bytes += bytes;
     totals_.live_blocks += weight;
 }
 
@@ -188,12 +247,15 @@ private:
 // caller has unlinked it from its info or its address.
 [[gnu::always_inline]] inline void Replay::remove_block(uint32_t slot) {
     LiveBlock& b = blocks_[slot];
-    StackTotals& t = per_stack_[b.stack];  // add_block made room for it
-    t.bytes -= b.bytes();
-    t.blocks -= b.weight;
-    totals_.live_bytes -= b.bytes();
-    totals_.live_blocks -= b.weight;
-    b.weight = 0;
+    BlockView v = block(slot);
+    if (b.tag & LiveBlock::kAddressedBlock) [[unlikely]]
+        addressed_.erase(slot, nullptr);
+    StackTotals& t = per_stack_[v.stack];  // add_block made room for it
+    t.bytes -= v.bytes();
+    t.blocks -= v.weight;
+    totals_.live_bytes -= v.bytes();
+    totals_.live_blocks -= v.weight;
+    b.tag = 0;
     b.below = free_slot_;
     free_slot_ = slot;
 }
@@ -218,12 +280,12 @@ private:
     if (!e.info) [[unlikely]]
         return free_addressed(e);
     // The newest live block of the info (formats/hslog.md: LIFO within an info).
-    uint32_t slot = e.info < info_top_.size() ? info_top_[e.info] : 0;
+    uint32_t slot = e.info < infos_.size() ? infos_[e.info].top : 0;
     if (!slot) [[unlikely]] {
         totals_.untracked_frees++;
         return;
     }
-    info_top_[e.info] = blocks_[slot].below;
+    infos_[e.info].top = blocks_[slot].below;
     remove_block(slot);
 }
 
@@ -333,6 +395,7 @@ private:
 
     bool admit();
     void applied();
+    void grow_activity(uint32_t stack);
     ThreadState& thread_state(uint32_t thread);
     void settle(ThreadState& t, bool temporary);
     void change(uint32_t stack, int64_t bytes, int64_t blocks);

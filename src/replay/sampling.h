@@ -15,15 +15,27 @@
 
 namespace heapsnap {
 
+// 1/p(s), for a block recorded with probability p(s) < 1.
+inline double sample_inverse(uint64_t size, uint64_t sample_bytes) {
+    return 1.0 / -std::expm1(-static_cast<double>(size ? size : 1) / static_cast<double>(sample_bytes));
+}
+
 inline uint64_t sample_weight(uint64_t size, uint64_t sample_bytes, uint64_t salt) {
     if (!sample_bytes || size >= sample_bytes) return 1;
-    double inverse = 1.0 / -std::expm1(-static_cast<double>(size ? size : 1) / static_cast<double>(sample_bytes));
+    double inverse = sample_inverse(size, sample_bytes);
     double whole = std::floor(inverse);
     salt ^= salt >> 33;
     salt *= 0xff51afd7ed558ccdULL;
     salt ^= salt >> 33;
     double uniform = static_cast<double>(salt >> 11) * 0x1.0p-53;  // [0, 1)
     return static_cast<uint64_t>(whole) + (uniform < inverse - whole ? 1 : 0);
+}
+
+// What sample_weight returns rounded down: every weight of a block of
+// `size` bytes is this or one more.
+inline uint64_t sample_weight_floor(uint64_t size, uint64_t sample_bytes) {
+    if (!sample_bytes || size >= sample_bytes) return 1;
+    return static_cast<uint64_t>(std::floor(sample_inverse(size, sample_bytes)));
 }
 
 }  // namespace heapsnap

@@ -28,6 +28,11 @@ namespace heapsnap {
 
 class StackTable {
 public:
+    // What a stack costs besides its frames: its entries in start_ and
+    // count_, at up to twice their size as they grow (the read budget's
+    // charge, util/read_budget.h).
+    static constexpr size_t kBytesPerStack = 2 * (sizeof(const StackFrame*) + sizeof(uint32_t));
+
     // Defines (or, in a checkpoint followed by the log, defines again)
     // stack `id`.
     void set(uint32_t id, std::span<const StackFrame> frames) {
@@ -87,6 +92,13 @@ public:
         std::vector<StackFrame> out;
         decode(id, out);
         return out;
+    }
+
+    // The number of frames of stack `id`; 0 if it is undefined.
+    size_t depth(uint32_t id) const {
+        if (!contains(id)) return 0;
+        const uint8_t* at = start_[id];
+        return static_cast<size_t>(varint(at));
     }
 
     size_t size() const { return defined_; }

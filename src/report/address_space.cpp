@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "util/human.h"
+#include "util/text.h"
 
 namespace heapsnap::addrspace {
 namespace {
@@ -177,7 +178,7 @@ std::string render_text(const AddressSpaceSummary& s, bool color) {
         const LargestRegion& big = s.largest[idx(c)];
         if (!big.present) continue;
         largest.push_back(
-            {{category_name(c)}, {fmt::format("{:#x}", big.start)}, {human_bytes(big.size_bytes)}, {big.path}});
+            {{category_name(c)}, {fmt::format("{:#x}", big.start)}, {human_bytes(big.size_bytes)}, {terminal_safe(big.path)}});
     }
     out += '\n';
     out += render_table(largest, color, {3});
@@ -187,7 +188,7 @@ std::string render_text(const AddressSpaceSummary& s, bool color) {
         std::vector<Row> images = {{{"Image"}, {"Regions"}, {"Size"}, {"Rss"}, {"Private_Dirty"}}};
         for (size_t i = 0; i < s.images.size() && i < kImagesShown; ++i) {
             const ImageUsage& m = s.images[i];
-            images.push_back({{m.path}, {std::to_string(m.stats.regions)}, {human_bytes(m.stats.size_bytes)},
+            images.push_back({{terminal_safe(m.path)}, {std::to_string(m.stats.regions)}, {human_bytes(m.stats.size_bytes)},
                               {human_bytes(m.stats.rss_bytes)}, {human_bytes(m.stats.private_dirty_bytes)}});
         }
         if (s.images.size() > kImagesShown)
@@ -198,7 +199,7 @@ std::string render_text(const AddressSpaceSummary& s, bool color) {
 
     std::vector<Row> rec;
     rec.push_back({{"Reconciliation"}});
-    rec.push_back({{"  allocator"}, {s.allocator_name.empty() ? std::string("unknown") : s.allocator_name}});
+    rec.push_back({{"  allocator"}, {s.allocator_name.empty() ? std::string("unknown") : terminal_safe(s.allocator_name)}});
     if (s.tracked)
         rec.push_back({{"  tracked live"},
                        {fmt::format("{} in {} blocks (requested sizes)", human_bytes(s.tracked_live_bytes),

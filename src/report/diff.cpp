@@ -7,6 +7,8 @@
 #include <map>
 #include <tuple>
 
+#include "util/read_budget.h"
+
 namespace heapsnap {
 namespace {
 
@@ -146,13 +148,15 @@ std::vector<size_t> SiteIndex::identity_order(const FrameKeys& keys) const {
 
 StackSymbols::StackSymbols(const Snapshot& snapshot, Symbolizer& symbolizer, const std::vector<std::regex>& exclude,
                            const StackTable* more)
-    : snapshot_(snapshot), symbolizer_(symbolizer), exclude_(exclude), more_(more) {}
+    : snapshot_(snapshot), symbolizer_(symbolizer), exclude_(exclude), more_(more) {
+    for (const SnapshotModule& m : snapshot.modules) modules_[m.record.id] = &m;
+}
 
 std::vector<SymbolFrame> StackSymbols::symbolized(const StackFrame& raw) const {
+    budget_take_volume(kSymbolizeVolume);
     std::vector<SymbolFrame> out;
-    const SnapshotModule* module = nullptr;
-    for (const SnapshotModule& m : snapshot_.modules)
-        if (m.record.id == raw.module) module = &m;
+    auto known = modules_.find(raw.module);
+    const SnapshotModule* module = known == modules_.end() ? nullptr : known->second;
     if (!module || module->record.path.empty() || module->record.path[0] != '/') {
         SymbolFrame f;
         f.module = module ? module->record.path : "?";
@@ -200,6 +204,7 @@ std::vector<uint32_t> StackSymbols::frame_ids(uint32_t stack) {
         }
         if (fresh) {
             std::vector<SymbolFrame> frames = symbolized(raw);
+            budget_take_memory(64 + frames.size() * kSymbolFrameBytes, "symbolized frames");
             *known = uint64_t{static_cast<uint32_t>(frames_.size())} << 32 | frames.size();
             for (SymbolFrame& f : frames) frames_.push_back(&table_->emplace_back(std::move(f)));
         }
@@ -246,7 +251,10 @@ DiffResult diff(const Snapshot& old_snap, const Snapshot& new_snap, const DiffOp
                 key_ids.clear();
                 for (uint32_t id : ids) key_ids.push_back(symbols.key(id, keys));
                 at = stacks.find_or_add(key_ids, e.kind, &fresh);
-                if (fresh) groups.push_back(Group{e.kind, symbols.list(ids), {}, {}});
+                if (fresh) {
+                    budget_take_memory(64 + key_ids.size() * sizeof(uint32_t), "call sites");
+                    groups.push_back(Group{e.kind, symbols.list(ids), {}, {}});
+                }
             } else {
                 const SymbolFrame* site = nullptr;
                 for (uint32_t id : ids)
@@ -258,7 +266,10 @@ DiffResult diff(const Snapshot& old_snap, const Snapshot& new_snap, const DiffOp
                 std::vector<SymbolFrame> shown;
                 std::string key = group_key(site, options.group_by, &shown);
                 auto [it, inserted] = by_text.try_emplace({key, e.kind}, groups.size());
-                if (inserted) groups.push_back(Group{e.kind, FrameList(std::move(shown)), {}, {}});
+                if (inserted) {
+                    budget_take_memory(key.size() + shown.size() * kSymbolFrameBytes, "call sites");
+                    groups.push_back(Group{e.kind, FrameList(std::move(shown)), {}, {}});
+                }
                 at = it->second;
             }
             Side& side = is_new ? groups[at].new_side : groups[at].old_side;

@@ -70,6 +70,14 @@ private:
     std::vector<const std::string*> texts_;  // by id, into ids_
 };
 
+// What symbolized frames cost, charged to the read budget
+// (util/read_budget.h) as they are made, so that a small snapshot of many
+// long stacks cannot make a diff or a report hold or work without bound:
+// a SymbolFrame with heap copies of its strings, and the work of looking
+// one recorded frame up, in bytes of replay (two microseconds).
+inline constexpr uint64_t kSymbolFrameBytes = 384;
+inline constexpr uint64_t kSymbolizeVolume = 256;
+
 // The symbolized frames of a snapshot's stacks (inline frames expanded,
 // excluded frames dropped), as ids into one table: each (module, return
 // address) is symbolized and filtered once, and a stack costs no copy of
@@ -92,6 +100,7 @@ private:
     std::vector<SymbolFrame> symbolized(const StackFrame& raw) const;
 
     const Snapshot& snapshot_;
+    std::unordered_map<uint32_t, const SnapshotModule*> modules_;  // by id (the last of an id, as a reader's map)
     Symbolizer& symbolizer_;
     const std::vector<std::regex>& exclude_;
     const StackTable* more_;

@@ -6,17 +6,16 @@
 #include <map>
 
 #include "util/human.h"
+#include "util/text.h"
 
 namespace heapsnap {
 namespace {
 
+// A frame of a folded line: terminal_safe (no line break, no control
+// character), and ';', which separates the frames, as ':'.
 std::string folded_name(const std::string& name) {
-    std::string out = name;
-    for (char& c : out)
-        if (c == ';')
-            c = ':';
-        else if (c == '\n' || c == '\r')
-            c = ' ';
+    std::string out = terminal_safe(name);
+    std::replace(out.begin(), out.end(), ';', ':');
     return out;
 }
 

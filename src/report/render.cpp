@@ -6,6 +6,7 @@
 
 #include "util/human.h"
 #include "util/files.h"
+#include "util/text.h"
 
 namespace heapsnap {
 namespace {
@@ -22,10 +23,10 @@ struct Palette {
 };
 
 std::string describe_moment(const Snapshot& s) {
-    std::string what = s.marker.index ? fmt::format("marker {} \"{}\"", s.marker.index, s.marker.label)
-                                      : fmt::format("moment \"{}\"", s.marker.label);
+    std::string what = s.marker.index ? fmt::format("marker {} \"{}\"", s.marker.index, terminal_safe(s.marker.label))
+                                      : fmt::format("moment \"{}\"", terminal_safe(s.marker.label));
     std::string text = fmt::format("pid {}  {}  {} at {:.3f} s  live {} in {} blocks", s.process.pid,
-                                   basename_of(s.process.exe), what, s.time_s(), human_bytes(s.totals.live_bytes),
+                                   terminal_safe(basename_of(s.process.exe)), what, s.time_s(), human_bytes(s.totals.live_bytes),
                                    s.totals.live_blocks);
     if (s.process.sample_bytes) text += "  (" + sampling_note(s.process.sample_bytes) + ")";
     return text;
@@ -35,7 +36,7 @@ std::string signed_count(int64_t v) { return v > 0 ? fmt::format("+{}", v) : fmt
 
 std::string frame_location(const SymbolFrame& f) {
     if (f.file.empty()) return "";
-    return f.line ? fmt::format("{}:{}", f.file, f.line) : f.file;
+    return terminal_safe(f.line ? fmt::format("{}:{}", f.file, f.line) : f.file);
 }
 
 }  // namespace
@@ -92,13 +93,13 @@ void write_diff_text(std::ostream& os, const Snapshot& old_snap, const Snapshot&
                                        heap ? "blocks" : "regions", human_bytes_signed(e.bytes_delta));
         out += (e.bytes_delta > 0 ? p.grow(head) : e.bytes_delta < 0 ? p.shrink(head) : head) + "\n";
         for (const SymbolFrame& f : e.frames) {
-            std::string name = frame_label(f);
+            std::string name = terminal_safe(frame_label(f));
             if (f.inlined) name += " [inlined]";
             // Long (C++) names push the location right instead of breaking
             // the columns of the frames below.
             std::string location = frame_location(f);
             out += fmt::format("        {:<40}  {:<32}  {}\n", name, location.empty() ? "" : p.dim(location),
-                               p.dim(basename_of(f.module)));
+                               p.dim(terminal_safe(basename_of(f.module))));
         }
         out += "\n";
         // Entry by entry: every site of a large program's diff is hundreds
@@ -172,12 +173,6 @@ nlohmann::json diff_to_json(const Snapshot& old_snap, const Snapshot& new_snap, 
 }
 
 std::string render_diff_csv(const DiffResult& diff) {
-    auto quote = [](const std::string& s) {
-        if (s.find_first_of(",\"\n") == std::string::npos) return s;
-        std::string q = "\"";
-        for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-        return q + "\"";
-    };
     std::string out = "bytes_delta,blocks_delta,old_bytes,new_bytes,old_blocks,new_blocks,kind,top_frame,stack\n";
     for (const DiffEntry& e : diff.entries) {
         std::string stack;
@@ -187,8 +182,8 @@ std::string render_diff_csv(const DiffResult& diff) {
         }
         std::string top = e.frames.empty() ? "" : frame_label(e.frames.front());
         out += fmt::format("{},{},{},{},{},{},{},{},{}\n", e.bytes_delta, e.blocks_delta, e.old_bytes, e.new_bytes,
-                           e.old_blocks, e.new_blocks, e.kind == EntryKind::Heap ? "heap" : "mmap", quote(top),
-                           quote(stack));
+                           e.old_blocks, e.new_blocks, e.kind == EntryKind::Heap ? "heap" : "mmap", csv_field(top),
+                           csv_field(stack));
     }
     return out;
 }

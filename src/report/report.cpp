@@ -13,6 +13,8 @@
 #include "util/error.h"
 #include "util/human.h"
 #include "util/files.h"
+#include "util/read_budget.h"
+#include "util/text.h"
 
 namespace heapsnap {
 namespace {
@@ -46,6 +48,7 @@ std::vector<ReportSite> collect_sites(const Snapshot& snap, const ReportOptions&
         bool fresh = false;
         size_t at = index.find_or_add(key_ids, e.kind, &fresh);
         if (fresh) {
+            budget_take_memory(frames.size() * (kSymbolFrameBytes + 2 * sizeof(uint32_t)), "call sites");
             ReportSite& site = sites.emplace_back();
             site.kind = e.kind;
             site.frames = symbols.list(frames);
@@ -136,18 +139,18 @@ std::string human_duration(uint64_t ns) {
 
 std::string location(const SymbolFrame& f) {
     if (f.file.empty()) return "";
-    return f.line ? fmt::format("{}:{}", basename_of(f.file), f.line) : basename_of(f.file);
+    return terminal_safe(f.line ? fmt::format("{}:{}", basename_of(f.file), f.line) : basename_of(f.file));
 }
 
 // "leak_malloc  growth.c:66  (growth)": the allocating frame of a site.
 std::string site_line(const FrameList& frames, const Palette& p) {
     const SymbolFrame* f = allocating_frame(frames);
     if (!f) return "[unknown]";
-    std::string s = frame_label(*f);
+    std::string s = terminal_safe(frame_label(*f));
     if (f->inlined) s += " [inlined]";
     std::string loc = location(*f);
     if (!loc.empty()) s += "  " + p.dim(loc);
-    if (!f->module.empty()) s += "  " + p.dim("(" + basename_of(f->module) + ")");
+    if (!f->module.empty()) s += "  " + p.dim("(" + terminal_safe(basename_of(f->module)) + ")");
     return s;
 }
 
@@ -196,13 +199,6 @@ nlohmann::json group_json(const ReportGroup& g) {
             {"kind", kind_name(g.kind)},
             {"sites", g.sites},
             {"frame", frame_json(g.frame)}};
-}
-
-std::string csv_quote(const std::string& s) {
-    if (s.find_first_of(",\"\n") == std::string::npos) return s;
-    std::string q = "\"";
-    for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-    return q + "\"";
 }
 
 }  // namespace
@@ -309,9 +305,10 @@ private:
 
     void header() {
         out_ += p_.bold("heapsnap report") + "\n";
-        std::string what = s_.marker.index ? fmt::format("marker {} \"{}\"", s_.marker.index, s_.marker.label)
-                                           : fmt::format("moment \"{}\"", s_.marker.label);
-        out_ += fmt::format("  pid {}  {}  {} at {:.3f} s\n", s_.process.pid, basename_of(s_.process.exe), what,
+        std::string label = terminal_safe(s_.marker.label);
+        std::string what = s_.marker.index ? fmt::format("marker {} \"{}\"", s_.marker.index, label)
+                                           : fmt::format("moment \"{}\"", label);
+        out_ += fmt::format("  pid {}  {}  {} at {:.3f} s\n", s_.process.pid, terminal_safe(basename_of(s_.process.exe)), what,
                             s_.time_s());
         if (s_.process.sample_bytes) out_ += "  " + sampling_note(s_.process.sample_bytes) + "\n";
         if (r_.from_log)
@@ -352,11 +349,11 @@ private:
             out_ += fmt::format("  {:>3}  {:>10}  {:>8}  {:>10}  {:>10}  {}\n", i + 1, size(site.bytes), site.blocks,
                                 age(site.oldest_ns), age(site.newest_ns), kind_name(site.kind));
             for (const SymbolFrame& f : site.frames) {
-                std::string name = frame_label(f);
+                std::string name = terminal_safe(frame_label(f));
                 if (f.inlined) name += " [inlined]";
                 std::string where = location(f);
                 out_ += fmt::format("        {:<40}  {:<32}  {}\n", name, where.empty() ? "" : p_.dim(where),
-                                    p_.dim(basename_of(f.module)));
+                                    p_.dim(terminal_safe(basename_of(f.module))));
             }
         }
     }
@@ -381,8 +378,9 @@ private:
                             modules ? "module" : "function"));
         for (size_t i = 0; i < n; ++i) {
             const ReportGroup& g = v[i];
-            std::string name = modules ? basename_of(g.frame.module) : frame_label(g.frame);
-            if (!modules && !g.frame.module.empty()) name += "  " + p_.dim("(" + basename_of(g.frame.module) + ")");
+            std::string name = terminal_safe(modules ? basename_of(g.frame.module) : frame_label(g.frame));
+            if (!modules && !g.frame.module.empty())
+                name += "  " + p_.dim("(" + terminal_safe(basename_of(g.frame.module)) + ")");
             if (g.kind == EntryKind::Mmap) name += "  [mmap]";
             uint64_t whole = g.kind == EntryKind::Heap ? s_.totals.live_bytes : s_.totals.mmap_bytes;
             out_ += fmt::format("  {:>3}  {:>10}  {:>8}  {:>6.1f}  {:>5}  {}\n", i + 1, size(g.bytes), g.blocks,
@@ -571,7 +569,7 @@ std::string render_report_csv(const Report& r, ReportTable table, size_t top) {
                 out +=
                     fmt::format("{},{},{},{},{},{},{},{},{}\n", s.bytes, s.blocks, kind_name(s.kind), age(s.oldest_ns),
                                 age(s.newest_ns), opt(s.has_activity, s.allocations), opt(s.has_activity, s.temporary),
-                                csv_quote(f ? frame_label(*f) : ""), csv_quote(stack_text(s.frames)));
+                                csv_field(f ? frame_label(*f) : ""), csv_field(stack_text(s.frames)));
             }
             break;
         case ReportTable::Functions:
@@ -582,8 +580,8 @@ std::string render_report_csv(const Report& r, ReportTable table, size_t top) {
             for (size_t i = 0; i < shown(v.size(), top); ++i) {
                 const ReportGroup& g = v[i];
                 out += fmt::format("{},{},{},{},", g.bytes, g.blocks, kind_name(g.kind), g.sites);
-                if (functions) out += csv_quote(frame_label(g.frame)) + "," + csv_quote(g.frame.file) + ",";
-                out += csv_quote(g.frame.module) + "\n";
+                if (functions) out += csv_field(frame_label(g.frame)) + "," + csv_field(g.frame.file) + ",";
+                out += csv_field(g.frame.module) + "\n";
             }
             break;
         }

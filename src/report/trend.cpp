@@ -11,6 +11,7 @@
 #include "report/report.h"
 #include "util/human.h"
 #include "util/files.h"
+#include "util/text.h"
 
 namespace heapsnap {
 namespace {
@@ -32,13 +33,6 @@ std::string frames_key(const FrameList& frames) {
 std::string kind_name(EntryKind k) { return k == EntryKind::Heap ? "heap" : "mmap"; }
 
 std::string signed_count(int64_t v) { return v > 0 ? fmt::format("+{}", v) : fmt::format("{}", v); }
-
-std::string csv_quote(const std::string& s) {
-    if (s.find_first_of(",\"\n") == std::string::npos) return s;
-    std::string q = "\"";
-    for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-    return q + "\"";
-}
 
 }  // namespace
 
@@ -155,11 +149,12 @@ std::string render_trend_text(const std::vector<Snapshot>& moments, const TrendR
                        moments.size(), t.entries.size(), flagged, kLeakFlag);
     for (size_t i = 0; i < moments.size(); ++i) {
         const Snapshot& s = moments[i];
-        std::string what = s.marker.index ? fmt::format("marker {} \"{}\"", s.marker.index, s.marker.label)
-                                          : fmt::format("moment \"{}\"", s.marker.label);
+        std::string label = terminal_safe(s.marker.label);
+        std::string what = s.marker.index ? fmt::format("marker {} \"{}\"", s.marker.index, label)
+                                          : fmt::format("moment \"{}\"", label);
         out +=
             fmt::format("  {:>3}  pid {}  {}  {} at {:.3f} s  live {} in {} blocks\n", i + 1, s.process.pid,
-                        basename_of(s.process.exe), what, s.time_s(), size(s.totals.live_bytes), s.totals.live_blocks);
+                        terminal_safe(basename_of(s.process.exe)), what, s.time_s(), size(s.totals.live_bytes), s.totals.live_blocks);
     }
     out += "\n";
     if (t.entries.empty()) out += "No call site changed.\n";
@@ -175,11 +170,12 @@ std::string render_trend_text(const std::vector<Snapshot>& moments, const TrendR
         for (uint64_t v : e.series) series += (series.empty() ? "" : " -> ") + size(v);
         out += "      live: " + series + "\n";
         for (const SymbolFrame& f : e.frames) {
-            std::string name = frame_label(f);
+            std::string name = terminal_safe(frame_label(f));
             if (f.inlined) name += " [inlined]";
-            std::string where = f.file.empty() ? "" : f.line ? fmt::format("{}:{}", f.file, f.line) : f.file;
+            std::string where =
+                terminal_safe(f.file.empty() ? "" : f.line ? fmt::format("{}:{}", f.file, f.line) : f.file);
             out += fmt::format("        {:<40}  {:<32}  {}\n", name, where.empty() ? "" : paint(where, "2"),
-                               paint(basename_of(f.module), "2"));
+                               paint(terminal_safe(basename_of(f.module)), "2"));
         }
         out += "\n";
     }
@@ -225,8 +221,8 @@ std::string render_trend_csv(const std::vector<Snapshot>& moments, const TrendRe
         for (const SymbolFrame& f : e.frames) stack += (stack.empty() ? "" : ";") + frame_label(f);
         const SymbolFrame* site = allocating_frame(e.frames);
         out += fmt::format("{:.4f},{},{},{},{},{},{}", e.leak_confidence, e.bytes_delta, e.blocks_delta,
-                           e.monotonic ? 1 : 0, kind_name(e.kind), csv_quote(site ? frame_label(*site) : ""),
-                           csv_quote(stack));
+                           e.monotonic ? 1 : 0, kind_name(e.kind), csv_field(site ? frame_label(*site) : ""),
+                           csv_field(stack));
         for (uint64_t v : e.series) out += fmt::format(",{}", v);
         out += "\n";
     }

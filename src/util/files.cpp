@@ -19,13 +19,23 @@ std::string basename_of(const std::string& path) {
 
 namespace {
 
-// Reads what `fd` holds (a regular file) and closes it.
+const char* kind_of(mode_t mode) {
+    switch (mode & S_IFMT) {
+        case S_IFIFO: return "a FIFO";
+        case S_IFCHR: return "a character device";
+        case S_IFBLK: return "a block device";
+        case S_IFSOCK: return "a socket";
+        case S_IFDIR: return "a directory";
+        case S_IFLNK: return "a symbolic link";
+        default: return "of an unknown type";
+    }
+}
+
+// Reads what `fd` holds (a regular file).
 std::vector<uint8_t> read_all(int fd, const std::string& path) {
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        throw Error(path + ": not a regular file");
-    }
+    if (fstat(fd, &st) != 0) throw Error(path + ": " + std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) throw Error(path + ": not a regular file (" + kind_of(st.st_mode) + ")");
     std::vector<uint8_t> data(static_cast<size_t>(st.st_size));
     size_t got = 0;
     while (got < data.size()) {
@@ -34,24 +44,47 @@ std::vector<uint8_t> read_all(int fd, const std::string& path) {
         if (r <= 0) break;
         got += static_cast<size_t>(r);
     }
-    close(fd);
     data.resize(got);
     return data;
 }
 
 }  // namespace
 
-std::vector<uint8_t> read_file(const std::string& path) {
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw Error(path + ": " + std::strerror(errno));
-    return read_all(fd, path);
+void check_regular_file(int fd, const std::string& shown) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) throw Error(shown + ": " + std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) throw Error(shown + ": not a regular file (" + kind_of(st.st_mode) + ")");
 }
 
-std::vector<uint8_t> read_file_at(int dir, const std::string& name, const std::string& shown) {
-    int fd = openat(dir, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0) throw Error(shown + ": " + std::strerror(errno));
-    return read_all(fd, shown);
+UniqueFd open_regular_file(const std::string& path) {
+    // O_NONBLOCK: open() of a FIFO returns at once instead of waiting for
+    // a writer; it changes nothing for a regular file.
+    UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+    if (!fd) {
+        int err = errno;
+        struct stat st;  // a socket cannot be opened at all (ENXIO): say what it is
+        if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+            throw Error(path + ": not a regular file (" + kind_of(st.st_mode) + ")");
+        throw Error(path + ": " + std::strerror(err));
+    }
+    check_regular_file(fd.get(), path);
+    return fd;
 }
+
+bool regular_file_starts_with(const std::string& path, const void* magic, size_t size) {
+    try {
+        UniqueFd fd = open_regular_file(path);
+        std::vector<char> head(size);
+        return pread(fd.get(), head.data(), size, 0) == static_cast<ssize_t>(size) &&
+               std::memcmp(head.data(), magic, size) == 0;
+    } catch (const Error&) {
+        return false;
+    }
+}
+
+std::vector<uint8_t> read_open_file(int fd, const std::string& shown) { return read_all(fd, shown); }
+
+std::vector<uint8_t> read_file(const std::string& path) { return read_all(open_regular_file(path).get(), path); }
 
 void write_file_atomically_at(int dir, const std::string& name, const std::vector<uint8_t>& data,
                               const std::string& shown) {

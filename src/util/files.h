@@ -38,11 +38,22 @@ private:
     int fd_ = -1;
 };
 
-// Reads the whole file; throws heapsnap::Error "<path>: <strerror>".
+// Opens `path` read-only without blocking, and refuses anything but a
+// regular file: a FIFO blocks open() until a writer comes, a terminal or
+// a device blocks read() for ever. Throws heapsnap::Error "<path>:
+// <strerror>" or "<path>: not a regular file (a FIFO)". Every reader of a
+// log, snapshot or checkpoint opens its file this way.
+UniqueFd open_regular_file(const std::string& path);
+// The same for a descriptor already open (passed by a recorder).
+void check_regular_file(int fd, const std::string& shown);
+// Whether `path` is a regular file that starts with `magic`; never blocks.
+bool regular_file_starts_with(const std::string& path, const void* magic, size_t size);
+
+// Reads the whole file (open_regular_file); throws heapsnap::Error.
 std::vector<uint8_t> read_file(const std::string& path);
-// The same for `name` in the directory `dir` (a descriptor), never through
-// a symlink and never blocking on a FIFO; `shown` names it in messages.
-std::vector<uint8_t> read_file_at(int dir, const std::string& name, const std::string& shown);
+// The whole of `fd`, a file already open: refused unless it is a regular
+// file; `shown` names it in messages.
+std::vector<uint8_t> read_open_file(int fd, const std::string& shown);
 
 // Writes `data` to a fresh temporary file next to `path` (O_EXCL, 0600),
 // then renames it over `path`. Throws heapsnap::Error.

@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace heapsnap {
 
@@ -19,6 +21,15 @@ double percent(uint64_t part, uint64_t whole);
 
 // "0 B", "1023 B", "1.0 KiB", "1.5 MiB", up to EiB.
 std::string human_bytes(uint64_t bytes);
+
+// A byte count as a person writes it on a command line: a number with an
+// optional binary unit K, M, G, T (or KiB, KB, ... any case; 1K = 1024),
+// "1.5G" too. Nullopt for anything else (a sign, junk, more than 2^64 - 1).
+std::optional<uint64_t> parse_size(std::string_view text);
+// The other way, rounded up to a whole unit: "768M", "4G", "12K".
+std::string size_option(uint64_t bytes);
+// Exact: "4096", "1G", "1536K": a unit only where it divides the count.
+std::string size_option_or_bytes(uint64_t bytes);
 
 // human_bytes with an explicit sign: "+1.5 MiB", "-512 B", and "0 B" for zero.
 std::string human_bytes_signed(int64_t bytes);

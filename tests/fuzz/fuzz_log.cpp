@@ -19,11 +19,13 @@
 #include "format/log_reader.h"
 #include "format/snapshot_file.h"
 #include "fuzz_input.h"
+#include "mutator.h"
 #include "replay/marker_select.h"
 #include "replay/replay.h"
 #include "report/diff.h"
 #include "report/render.h"
 #include "util/error.h"
+#include "util/read_budget.h"
 
 using namespace heapsnap;
 
@@ -82,11 +84,15 @@ void moments(const std::string& log) {
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
     setenv("HEAPSNAP_NO_CHECKPOINT", "1", 1);  // no LOG.checkpoint files next to /proc/self/fd/N
+    // Each input reads the log a dozen times; the default budget would let
+    // one input take a minute (tests/fuzz/test_hostile_input.py tests it).
+    setenv("HEAPSNAP_READ_VOLUME", "32M", 1);
     return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static fuzz::InputFile input;
+    budget_reset();  // each input has a budget of its own
     std::vector<uint8_t> wrapped;
     if (fuzz::is_raw(data, size)) {
         wrapped = fuzz::wrap(hslog::kMagic, hslog::kLogVersion, data + 1, size - 1);
@@ -101,3 +107,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     return 0;
 }
+
+#ifdef HEAPSNAP_LIBFUZZER
+extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
+
+// Half of the mutations structure-aware (mutator.h), the other half
+// libFuzzer's own, which also works on the 'R' raw inputs.
+extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned int seed) {
+    fuzz::Rng rng(seed);
+    if (!fuzz::is_raw(data, size) && rng() % 2) {
+        fuzz::Bytes in(data, data + size);
+        fuzz::Bytes out = fuzz::mutate_log(in, rng);
+        if (!out.empty() && out.size() <= max_size) {
+            std::memcpy(data, out.data(), out.size());
+            return out.size();
+        }
+    }
+    return LLVMFuzzerMutate(data, size, max_size);
+}
+#endif

@@ -16,10 +16,12 @@
 #include "report/address_space.h"
 #include "format/snapshot_file.h"
 #include "fuzz_input.h"
+#include "mutator.h"
 #include "report/diff.h"
 #include "report/render.h"
 #include "report/report.h"
 #include "util/error.h"
+#include "util/read_budget.h"
 
 using namespace heapsnap;
 
@@ -73,6 +75,7 @@ void use(const Snapshot& s) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static fuzz::InputFile input;
+    budget_reset();  // each input has a budget of its own
     std::vector<uint8_t> wrapped;
     if (fuzz::is_raw(data, size)) {
         wrapped = fuzz::wrap("HSNAPSHT", kSnapshotVersion, data + 1, size - 1);
@@ -87,3 +90,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     return 0;
 }
+
+#ifdef HEAPSNAP_LIBFUZZER
+extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
+
+// Half of the mutations structure-aware (mutator.h), the other half
+// libFuzzer's own, which also works on the 'R' raw inputs.
+extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max_size, unsigned int seed) {
+    fuzz::Rng rng(seed);
+    if (!fuzz::is_raw(data, size) && rng() % 2) {
+        fuzz::Bytes in(data, data + size);
+        fuzz::Bytes out = fuzz::mutate_snapshot(in, rng);
+        if (!out.empty() && out.size() <= max_size) {
+            std::memcpy(data, out.data(), out.size());
+            return out.size();
+        }
+    }
+    return LLVMFuzzerMutate(data, size, max_size);
+}
+#endif

@@ -57,6 +57,10 @@ struct Enc {
     }
 };
 
+const std::string kControlLabel = "A\x1b]0;owned\x07\x1b[2J\r\nforged: 0 bytes\x7f\xc2\x9b" "31m\xe2\x80\xae" "evil";
+const std::string kControlExe = "/nonexistent/app\x1b[31m\nforged";
+const std::string kControlModule = "/nonexistent/lib\x1b]0;x\x07,\"q\".so";
+
 std::vector<uint8_t> header(uint32_t version = hslog::kLogVersion) {
     Enc h;
     h.b.assign(hslog::kMagic, hslog::kMagic + 8);
@@ -347,6 +351,128 @@ void logs(const std::string& real_elf, const std::string& real_build_id) {
     for (char& c : wrong) c = static_cast<char>(~c);
     write_good("mismatched-build-id.hslog", good_records(real_elf, wrong));
     write_good("matching-build-id.hslog", good_records(real_elf, real_build_id));
+
+    // Text a foreign log may hold to take over a terminal: a label, a
+    // program and a module path with ESC sequences (set the title, clear
+    // the screen, colour), BEL, CR and LF (a forged line), DEL, a C1 CSI
+    // and a bidirectional override.
+    auto controls = good_records(kControlModule, fake_build_id);
+    controls[0].second = process_record(kControlExe);
+    controls[index_of(controls, "marker")].second = marker_record(1, hslog::MarkerCause::User, kControlLabel, 0);
+    write_good("control-chars.hslog", controls);
+}
+
+
+// ---- bombs: small files that describe a lot --------------------------------
+//
+// Each is a valid log (or snapshot) under 1 MB whose frames decompress to
+// what a reader would have to hold or chew through: a record repeated
+// until the frame is full compresses to almost nothing. A reader must
+// refuse them (a declared count beyond a limit is corruption; a read that
+// needs more memory or work than such a small file can justify stops with
+// one error) within 256 MiB and 10 s.
+
+constexpr size_t kBombFrame = 16u << 20;  // the largest frame payload a reader accepts
+
+// `frames` frames of up to `kBombFrame` bytes each holding `unit`
+// repeated (the first starts with `head`, and holds `first_units` units if
+// that is not 0).
+void write_bomb(const std::string& name, const Enc& head, const Enc& unit, int frames, size_t first_units = 0) {
+    auto fill = [&](std::vector<uint8_t> p, size_t units) {
+        for (size_t i = 0; units ? i < units : p.size() + unit.b.size() <= kBombFrame; ++i)
+            p.insert(p.end(), unit.b.begin(), unit.b.end());
+        return p;
+    };
+    std::vector<uint8_t> file = header();
+    std::vector<uint8_t> first = frame(fill(head.b, first_units));
+    file.insert(file.end(), first.begin(), first.end());
+    if (frames > 1) {
+        std::vector<uint8_t> other = frame(fill({}, 0));  // the same bytes each time
+        for (int f = 1; f < frames; ++f) file.insert(file.end(), other.begin(), other.end());
+    }
+    write(name, file);
+}
+
+void bombs() {
+    auto records = good_records("/nonexistent/hostile-app", "\x12\x34\x56\x78");
+    Enc head;  // process, module, two stacks, a marker
+    head.b = join(records, 0, index_of(records, "marker") + 1);
+
+    // One stack of millions of frames (the recorder writes at most 256).
+    {
+        Enc frame;
+        frame.rec([](codec::Writer& w) { hslog::put_stack_frame(w, 1, 0x1139); });
+        auto count = static_cast<uint32_t>((kBombFrame - head.b.size() - 64) / frame.b.size());
+        Enc h = head;
+        h.rec([&](codec::Writer& w) { hslog::put_stack_header(w, 3, count); });
+        write_bomb("bomb-stack-frames.hslog", h, frame, 1, count);
+    }
+    // Stacks of 256 frames, the same id over and over.
+    {
+        Enc stack;
+        stack.rec([](codec::Writer& w) {
+            hslog::put_stack_header(w, 3, 256);
+            for (int i = 0; i < 256; ++i) hslog::put_stack_frame(w, 1, 0x1139);
+        });
+        write_bomb("bomb-stack-again.hslog", head, stack, 8);
+    }
+    // A marker of a million and a half regions, as many as a frame holds.
+    {
+        Enc region;
+        region.svarint(0);
+        region.varint(4096);
+        region.u8(3);
+        region.u8(0);
+        region.varint(0);
+        region.varint(0);
+        region.str("");
+        for (int i = 0; i < 4; ++i) region.varint(1);
+        auto count = static_cast<uint32_t>((kBombFrame - head.b.size() - 256) / region.b.size());
+        Enc h = head;
+        h.append(marker_record(2, hslog::MarkerCause::User, "B", 3, count, false));
+        write_bomb("bomb-regions.hslog", h, region, 1, count);
+    }
+    // Millions of small markers.
+    write_bomb("bomb-markers.hslog", head, marker_record(2, hslog::MarkerCause::User, "B", 3, 0, false), 8);
+    // Markers with long labels (the recorder keeps 256 bytes).
+    write_bomb("bomb-labels.hslog", head,
+               marker_record(2, hslog::MarkerCause::User, std::string(1u << 20, 'L'), 3, 0, false), 8);
+    // Live blocks: one allocation info allocated again and again.
+    {
+        Enc h = head;
+        h.rec([](codec::Writer& w) { hslog::put_alloc(w, hslog::AllocFn::Malloc, 16, 1); });
+        Enc again;
+        again.rec([](codec::Writer& w) { hslog::put_alloc_info(w, 1); });
+        write_bomb("bomb-blocks.hslog", h, again, 16);
+        // 16 million: more than the default budget, within 512 MiB.
+        write_bomb("blocks-16m.hslog", h, again, 2);
+    }
+    // Allocation infos: the same triple defined again and again.
+    {
+        Enc alloc;
+        alloc.rec([](codec::Writer& w) { hslog::put_alloc(w, hslog::AllocFn::Malloc, 16, 1); });
+        write_bomb("bomb-infos.hslog", head, alloc, 8);
+    }
+    // Live mappings, one page each, side by side.
+    {
+        Enc mmap;
+        mmap.rec([](codec::Writer& w) { hslog::put_mmap(w, 8192, 4096, 3, 0x22, 1); });
+        write_bomb("bomb-mappings.hslog", head, mmap, 8);
+    }
+    // Work: a block allocated and freed, billions of times.
+    {
+        Enc h = head;
+        h.rec([](codec::Writer& w) {
+            hslog::put_alloc(w, hslog::AllocFn::Malloc, 16, 1);
+            hslog::put_free(w, 1);
+        });
+        Enc pair;
+        pair.rec([](codec::Writer& w) {
+            hslog::put_alloc_info(w, 1);
+            hslog::put_free(w, 1);
+        });
+        write_bomb("bomb-events.hslog", h, pair, 400);
+    }
 }
 
 // ---- snapshots ------------------------------------------------------------------
@@ -384,6 +510,18 @@ std::vector<uint8_t> read_back(const std::string& name) {
 void snapshots() {
     write_snapshot(g_dir + "/good.hsnap", small_snapshot("/nonexistent/hostile-app"));
     write_snapshot(g_dir + "/other-program.hsnap", small_snapshot("/nonexistent/another-app"));
+    Snapshot controls = small_snapshot(kControlExe);
+    controls.marker.label = kControlLabel;
+    controls.modules[0].record.path = kControlModule;
+    controls.has_marker_data = true;
+    MapRegion region;
+    region.start = 0x555555554000;
+    region.end = 0x555555559000;
+    region.perms = 5;
+    region.path = kControlModule;
+    region.rss_kb = 20;
+    controls.marker.regions.push_back(region);
+    write_snapshot(g_dir + "/control-chars.hsnap", controls);
     std::vector<uint8_t> good = read_back("good.hsnap");
 
     write("empty.hsnap", {});
@@ -495,6 +633,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     logs(argv[2], id);
+    bombs();
     snapshots();
     return 0;
 }

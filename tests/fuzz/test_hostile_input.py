@@ -12,9 +12,14 @@ the fuzz-corpus-* tests.
 
 import json
 import os
+import re
 import resource
+import socket
+import stat
 import subprocess
 import tempfile
+import threading
+import time
 
 from harness import HEAPSNAP, HeapsnapTest, main, program
 
@@ -56,7 +61,7 @@ SNAPSHOT_ERRORS = {
     "short-header.hsnap": "truncated snapshot: the header is incomplete",
     "newer-version.hsnap": "unsupported snapshot format version 5",
     "cut-frame.hsnap": "truncated snapshot",
-    "huge-body-size.hsnap": "corrupt snapshot: body does not decompress",
+    "huge-body-size.hsnap": "corrupt snapshot: bad body size",
     "trailing-bytes.hsnap": "corrupt snapshot: trailing bytes after the body",
     "bad-checksum.hsnap": "corrupt snapshot: body does not decompress",
     "cut-body.hsnap": "corrupt snapshot: malformed body",
@@ -79,7 +84,10 @@ def limited():
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-class HostileInputTest(HeapsnapTest):
+class HostileCase(HeapsnapTest):
+    """The inputs hostile_inputs writes, once per class, and ways to run
+    heapsnap on them."""
+
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
@@ -121,6 +129,9 @@ class HostileInputTest(HeapsnapTest):
         self.assertNotIn("error", r.stderr)
         return r
 
+
+
+class HostileInputTest(HostileCase):
     # ---- logs -----------------------------------------------------------------
 
     def test_every_reader_rejects_bad_logs(self):
@@ -248,6 +259,208 @@ class HostileInputTest(HeapsnapTest):
         snap = self.snapshot(log, "--at", "1", "-o", self.path("latin1.hsnap"))
         self.json_of("maps", snap, "--format", "json")
         self.json_of("diff", snap, log + "@exit", "--format", "json")
+
+
+class SpecialFilesTest(HeapsnapTest):
+    """What is not a regular file (a FIFO, a device, a directory, a socket)
+    never blocks a reader: each refuses it at once with one line."""
+
+    def test_every_reader_refuses_special_files(self):
+        good = self.path("good.hsnap")
+        subprocess.run([HOSTILE_INPUTS, self.tmp, program("alloc_pattern")], check=True)
+        fifo = self.path("fifo.hslog")
+        os.mkfifo(fifo)
+        sock_path = self.path("socket.hslog")
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(sock_path)
+        self.addCleanup(sock.close)
+        directory = self.path("dir.hslog")
+        os.mkdir(directory)
+        kinds = {fifo: "a FIFO", "/dev/zero": "a character device", "/dev/null": "a character device",
+                 sock_path: "a socket", directory: "a directory"}
+        out = self.path("x.hsnap")
+        for path, kind in kinds.items():
+            needle = "heapsnap: error: %s: not a regular file (%s)" % (path, kind)
+            for args in (["markers", path], ["dump", path], ["snapshot", path, "-o", out],
+                         ["snapshot", path, "--at", "peak", "-o", out], ["diff", path, good], ["diff", good, path],
+                         ["diff", path + "@1", good], ["diff", path + "@*"], ["report", path], ["report", path + "@exit"],
+                         ["maps", path], ["maps", path + "@1"]):
+                with self.subTest(args=args):
+                    start = time.monotonic()
+                    r = subprocess.run([HEAPSNAP] + args, cwd=self.tmp, capture_output=True, text=True,
+                                       errors="replace", timeout=TIMEOUT)
+                    self.assertLess(time.monotonic() - start, 5)
+                    self.assertEqual((r.returncode, r.stderr), (1, needle + "\n"))
+                    self.assertFalse(os.path.exists(out))
+
+    def test_planted_checkpoint_is_left_alone(self):
+        """Something at LOG.checkpoint that is not the caller's own 0600
+        file: never read, written through, replaced or waited on; the
+        snapshot is made without it, with one warning."""
+        subprocess.run([HOSTILE_INPUTS, self.tmp, program("alloc_pattern")], check=True)
+        log = self.path("good.hslog")
+        checkpoint = log + ".checkpoint"
+        warning = ("heapsnap: warning: %s: not a regular file of yours with mode 0600; left alone, and no checkpoint "
+                   "is used\n" % checkpoint)
+        victim = self.path("victim")
+        with open(victim, "w") as f:
+            f.write("precious\n")
+
+        def plant_fifo():
+            os.mkfifo(checkpoint, 0o600)
+
+        def plant_readable():
+            with open(checkpoint, "w") as f:
+                f.write("precious\n")
+            os.chmod(checkpoint, 0o644)
+
+        def plant_symlink():
+            os.symlink(victim, checkpoint)
+
+        for plant, still in ((plant_fifo, stat.S_ISFIFO), (plant_readable, stat.S_ISREG), (plant_symlink, stat.S_ISLNK)):
+            with self.subTest(planted=plant.__name__):
+                plant()
+                before = os.lstat(checkpoint)
+                for at in ("exit", "1"):
+                    start = time.monotonic()
+                    r = subprocess.run([HEAPSNAP, "snapshot", log, "--at", at, "-o", self.path("x.hsnap")],
+                                       capture_output=True, text=True, timeout=TIMEOUT)
+                    self.assertLess(time.monotonic() - start, 5)
+                    self.assertEqual((r.returncode, r.stderr), (0, warning))
+                after = os.lstat(checkpoint)
+                self.assertTrue(still(after.st_mode))
+                self.assertEqual((after.st_ino, after.st_mtime_ns, after.st_size),
+                                 (before.st_ino, before.st_mtime_ns, before.st_size))
+                os.unlink(checkpoint)
+        with open(victim) as f:
+            self.assertEqual(f.read(), "precious\n")
+        # The caller's own checkpoint is used and kept up to date.
+        self.heapsnap("snapshot", log, "--at", "1", "-o", self.path("x.hsnap"))
+        self.assertEqual(stat.S_IMODE(os.lstat(checkpoint).st_mode), 0o600)
+        r = self.heapsnap("snapshot", log, "--at", "exit", "-o", self.path("x.hsnap"))
+        self.assertEqual(r.stderr, "")
+
+
+# Small crafted files that describe a lot (tests/fuzz/hostile_inputs.cpp,
+# "bombs"), each with what stops `markers`: a limit on one record
+# (corruption), or the read budget (util/read_budget.h). The other
+# commands hold other things, and may run out of another budget first.
+BOMBS = {
+    "bomb-stack-frames.hslog": r"corrupt log: truncated or malformed record",
+    "bomb-stack-again.hslog": r"corrupt log: truncated or malformed record",
+    "bomb-labels.hslog": r"corrupt log: truncated or malformed record",
+    "bomb-markers.hslog": r"reading it needs more than \S+ MiB of memory \(markers\)",
+    "bomb-blocks.hslog": r"reading it needs more than \S+ MiB of memory \(live blocks\)",
+    "bomb-infos.hslog": r"reading it needs more than \S+ MiB of memory \(",
+    "bomb-mappings.hslog": r"reading it needs more than \S+ MiB of memory \(live mappings\)",
+    "bomb-events.hslog": r"reading it goes through more than \S+ MiB \(decompressed\)",
+    # A marker of 1.4 million regions fits the budget (150 MiB): it reads.
+    "bomb-regions.hslog": None,
+}
+BOMB_MEMORY = 256 << 20
+BOMB_SECONDS = 10
+# An unoptimised sanitizer build runs several times slower: it gets a
+# smaller budget, and only the outcome is checked.
+SANITIZED_BUDGET = {"HEAPSNAP_READ_MEMORY": "32M", "HEAPSNAP_READ_VOLUME": "32M"}
+
+
+class BombTest(HostileCase):
+    def run_measured(self, args, env=None):
+        """heapsnap ARGS: (exit status, stderr, seconds, peak resident bytes)."""
+        with tempfile.TemporaryFile() as err:
+            start = time.monotonic()
+            proc = subprocess.Popen([HEAPSNAP] + args, cwd=self.tmp, stdout=subprocess.DEVNULL, stderr=err,
+                                    preexec_fn=limited, env=env)
+            timer = threading.Timer(TIMEOUT, proc.kill)
+            timer.start()
+            _, status, usage = os.wait4(proc.pid, 0)  # the child's own peak RSS, which Popen would not give
+            timer.cancel()
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            seconds = time.monotonic() - start
+            err.seek(0)
+            return proc.returncode, err.read().decode(errors="replace"), seconds, usage.ru_maxrss * 1024
+
+    def test_bombs_cost_little(self):
+        """Every reader of every bomb: one error line, within 256 MiB of
+        memory and 10 s."""
+        out = self.path("x.hsnap")
+        for name, needle in sorted(BOMBS.items()):
+            path = self.input(name)
+            self.assertLess(os.path.getsize(path), 1 << 20)
+            for args in (["markers", path], ["dump", path], ["snapshot", path, "--at", "end", "-o", out],
+                         ["snapshot", path, "--at", "peak", "-o", out], ["report", path + "@end"],
+                         ["diff", path + "@1", path + "@end"], ["diff", path + "@*"]):
+                with self.subTest(args=args):
+                    env = dict(os.environ, **SANITIZED_BUDGET) if SANITIZED else None
+                    status, err, seconds, peak = self.run_measured(args, env=env)
+                    if not SANITIZED:
+                        self.assertLess(seconds, BOMB_SECONDS)
+                        self.assertLess(peak, BOMB_MEMORY)
+                    if needle is None:
+                        self.assertIn(status, (0, 1), err)
+                        self.assertLessEqual(len(err.splitlines()), 1, err)
+                        continue
+                    self.assertEqual(status, 1, err)
+                    # dump prints what it decoded before it meets the defect.
+                    self.assertEqual(len(err.splitlines()), 1, err)
+                    if args[0] == "markers" or "corrupt" in needle:
+                        self.assertRegex(err, needle)
+                    else:
+                        self.assertRegex(err, r"reading it (needs more than \S+ MiB of memory|goes through more than)")
+                    self.assertTrue(err.startswith("heapsnap: error: " + path + ": "), err)
+
+    def test_a_genuine_file_reads_with_a_larger_budget(self):
+        """The limits name the variable that lifts them, and lifting it
+        reads the file: 16 million live blocks (256 MiB) in 3 KB."""
+        path = self.input("blocks-16m.hslog")
+        status, err, _, _ = self.run_measured(["markers", path])
+        self.assertEqual(status, 1, err)
+        self.assertIn("allow more with HEAPSNAP_READ_MEMORY=768M or more (or unlimited)", err)
+        env = dict(os.environ, HEAPSNAP_READ_MEMORY="512M")
+        status, err, _, peak = self.run_measured(["markers", path], env=env)
+        self.assertEqual((status, err), (0, ""))
+        if not SANITIZED:
+            self.assertLess(peak, 512 << 20)
+        status, err, _, _ = self.run_measured(["markers", path], env=dict(os.environ, HEAPSNAP_READ_MEMORY="lots"))
+        self.assertEqual((status, err), (1, "heapsnap: error: HEAPSNAP_READ_MEMORY=lots: not a size (such as 512M, 4G "
+                                            "or unlimited)\n"))
+
+
+class ControlCharactersTest(HostileCase):
+    """Labels, program and module paths with terminal control sequences:
+    escaped in every text output and message, per spec in JSON and CSV."""
+
+    RAW = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x9b\u202e]")
+
+    def assert_clean(self, text, what):
+        bad = self.RAW.search(text.replace("\n", ""))
+        self.assertIsNone(bad, "%s: raw control character %r in:\n%s" % (what, bad and bad.group(), text))
+
+    def test_escaped_everywhere(self):
+        log, snap = self.input("control-chars.hslog"), self.input("control-chars.hsnap")
+        label = "A\\x1b]0;owned\\x07\\x1b[2J\\r\\nforged: 0 bytes\\x7f\\u009b31m\\u202eevil"
+        for args in (["markers", log], ["dump", log], ["diff", log + "@1", log + "@exit"],
+                     ["diff", log + "@1", log + "@exit", "--format", "csv"],
+                     ["diff", log + "@1", log + "@exit", "--format", "folded"], ["report", log + "@exit"],
+                     ["report", log + "@exit", "--format", "csv"], ["diff", snap, snap], ["report", snap],
+                     ["maps", snap], ["diff", log + "@*"], ["diff", snap, snap, snap]):
+            with self.subTest(args=args[0:1] + args[2:]):
+                r = self.run_limited(args)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assert_clean(r.stdout, "stdout")
+                self.assert_clean(r.stderr, "stderr")
+                # No line of the output starts with the forged text.
+                self.assertNotIn("\nforged", r.stdout + r.stderr)
+        markers = self.run_limited(["markers", log]).stdout
+        self.assertIn(label, markers)
+        self.assertEqual([m["label"] for m in self.markers(log)["markers"]],
+                         ["A\x1b]0;owned\x07\x1b[2J\r\nforged: 0 bytes\x7f\x9b31m\u202eevil", "exit"])
+        csv = self.run_limited(["diff", log + "@1", log + "@exit", "--format", "csv"]).stdout.splitlines()
+        self.assertIn(',"lib\\x1b]0;x\\x07,""q"".so+0x1139",', csv[1] + csv[2])
+        r = self.run_limited(["diff", log + "@nosuch", log + "@exit"])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(label, r.stderr)
+        self.assert_clean(r.stderr, "error")
 
 
 if __name__ == "__main__":

@@ -265,6 +265,27 @@ class PeerCheckTest(ControlTest):
                 self.assertEqual(fake.stdout.readline(), "b'snapshot L\\n'\n")
                 self.assertFalse(os.path.exists(self.path("x.hsnap")))
 
+    def test_flooding_and_silent_servers(self):
+        """The process answers without end, or never: the client stops
+        reading past 16 KiB at once, and waits no longer than --timeout."""
+        flood, pid = self.fake_recorder(None, "while True:\n    c.sendall(b'ok 1\\n' * 65536)")
+        start = time.monotonic()
+        r = self.heapsnap("snapshot", pid, "--timeout", "5", "-o", self.path("x.hsnap"), expect=1)
+        self.assertLess(time.monotonic() - start, 2.0)
+        self.assertEqual(r.stderr, "heapsnap: error: process %d: malformed reply (longer than 16384 bytes)\n" % pid)
+        silent, pid = self.fake_recorder(None, "import time\ntime.sleep(60)")
+        start = time.monotonic()
+        r = self.heapsnap("snapshot", pid, "--timeout", "1", "-o", self.path("x.hsnap"), expect=1)
+        elapsed = time.monotonic() - start
+        self.assertEqual(r.stderr, "heapsnap: error: process %d did not write the marker within 1 s (is it stopped?)\n"
+                         % pid)
+        self.assertGreaterEqual(elapsed, 1.0)
+        self.assertLess(elapsed, 3.0)
+        r = self.heapsnap("ps", "--timeout", "1", expect=0)
+        self.assertIn("heapsnap: warning: process %d did not answer within 1 s (is it stopped?); left out\n" % pid,
+                      r.stderr)
+        self.assertFalse(os.path.exists(self.path("x.hsnap")))
+
     @staticmethod
     def thread_state(task):
         with open(os.path.join(task, "stat")) as f:

@@ -126,6 +126,74 @@ class UsageErrorTest(HeapsnapTest):
                                                                                             result.stderr))
             self.assertNotIn("terminate called", result.stderr)
 
+    def usage_error(self, args):
+        """The one line (and the usage hint) of a usage error."""
+        result = self.heapsnap(*args, expect=2)
+        self.assertEqual(result.stdout, "")
+        lines = result.stderr.splitlines()
+        self.assertEqual(lines[1:], ["Run 'heapsnap --help' for usage."], result.stderr)
+        return lines[0]
+
+    def test_exact_options(self):
+        """Counts are whole and never negative, every byte count takes the
+        same suffixes, ranges read as a person writes them, typos get a
+        suggestion."""
+        cases = [
+            (["diff", "a", "b", "--top", "-1"], "heapsnap: error: --top: -1 is not a count (0 or more)"),
+            (["report", "a", "--top", "-3"], "heapsnap: error: --top: -3 is not a count (0 or more)"),
+            (["diff", "a", "b", "--fail-above", "-1"],
+             "heapsnap: error: --fail-above: -1 is not a byte count (such as 4096, 64K, 5M or 1G)"),
+            (["diff", "a", "b", "--fail-above", "9223372036854775808"],
+             "heapsnap: error: --fail-above: 9223372036854775808 is out of range (0 to 9223372036854775807)"),
+            (["diff", "a", "b", "--min-bytes", "10X"],
+             "heapsnap: error: --min-bytes: 10X is not a byte count (such as 4096, 64K, 5M or 1G)"),
+            (["run", "--sample-bytes", "2G", "--", "true"], "heapsnap: error: --sample-bytes: 2G is out of range (1 to 1G)"),
+            (["run", "--depth", "257", "--", "true"], "heapsnap: error: --depth: 257 is out of range (1 to 256)"),
+            (["run", "--interval", "0", "--", "true"],
+             "heapsnap: error: --interval: 0 is out of range (0.001 to 86400 s)"),
+            (["snapshot", "1", "--timeout", "0"], "heapsnap: error: --timeout: 0 is out of range (0.1 to 3600 s)"),
+            (["ps", "--timeout", "abc"], "heapsnap: error: --timeout: abc is not a number (0.1 to 3600 s)"),
+            (["diff", "a", "b", "--fail-on-leak-confidence", "2"],
+             "heapsnap: error: --fail-on-leak-confidence: 2 is out of range (0 to 1)"),
+            (["diff", "a", "b", "--format", "jsn"],
+             "heapsnap: error: --format: jsn is not one of text, json, csv, folded, svg (did you mean json?)"),
+            (["diff", "a", "b", "--formt", "json"],
+             "heapsnap: error: The following argument was not expected: --formt (did you mean --format?)"),
+            (["markrs", "x.hslog"], "heapsnap: error: unknown command 'markrs' (did you mean markers?)"),
+            (["run", "true", "-v"],
+             "heapsnap: error: The following argument was not expected: -v; options after PROGRAM are PROGRAM's only "
+             "after --: heapsnap run [OPTIONS] -- PROGRAM [ARGS...]"),
+        ]
+        for args, line in cases:
+            with self.subTest(args=args):
+                self.assertEqual(self.usage_error(args), line)
+
+    def test_size_suffixes(self):
+        """--min-bytes 10K as --sample-bytes 512K: the same suffixes."""
+        log = self.single_log("alloc_pattern")
+        base = self.json_of("diff", log + "@0s", log + "@exit", "--format", "json")
+        self.assertTrue(base["entries"])
+        for value, bytes_ in (("10K", 10240), ("10KiB", 10240), ("1M", 1 << 20), ("0", 0)):
+            with self.subTest(value=value):
+                kept = self.json_of("diff", log + "@0s", log + "@exit", "--format", "json", "--min-bytes", value)
+                self.assertEqual(kept["entries"], [e for e in base["entries"] if abs(e["bytes_delta"]) >= bytes_])
+        growth = base["total"]["bytes_delta"]
+        self.assertGreater(growth, 1024)
+        self.heapsnap("diff", log + "@0s", log + "@exit", "--fail-above", "1K", expect=3)
+        self.heapsnap("diff", log + "@0s", log + "@exit", "--fail-above", "1G", expect=0)
+
+    def test_snapshot_with_a_moment(self):
+        """A snapshot file is one moment: naming another is an error, not
+        a silent fallback to the one it holds."""
+        log = self.single_log("alloc_pattern")
+        snap = self.path("a.hsnap")
+        self.heapsnap("snapshot", log, "--at", "exit", "-o", snap)
+        for args in (["diff", snap + "@999", snap], ["diff", snap, snap + "@1"], ["maps", snap + "@exit"],
+                     ["report", snap + "@2"]):
+            with self.subTest(args=args):
+                moment = args[1].split("@")[1] if "@" in args[1] else args[2].split("@")[1]
+                self.assert_error(args, "%s@%s: a snapshot file has one moment; drop @%s" % (snap, moment, moment))
+
     def test_help_and_version(self):
         self.assertIn("snapshot", self.heapsnap("--help").stdout)
         self.assertEqual(self.heapsnap("--version").stdout.strip(), "heapsnap 0.1.0")

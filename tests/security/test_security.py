@@ -172,13 +172,16 @@ class FilesTest(HeapsnapTest):
         victim2 = self.victim("victim2")
         out = self.plant(self.path("out.hsnap"), victim)
         self.plant(log + ".checkpoint", victim2)
-        self.heapsnap("snapshot", log, "--at", "exit", "-o", out)
+        r = self.heapsnap("snapshot", log, "--at", "exit", "-o", out)
         self.assert_untouched(victim)
         self.assert_untouched(victim2)
         self.assertFalse(os.path.islink(out), "the snapshot replaces the symlink, it does not follow it")
         self.assert_owner_only(out)
-        self.assertFalse(os.path.islink(log + ".checkpoint"))
-        self.assert_owner_only(log + ".checkpoint")
+        # A checkpoint is a cache: something planted at its name is left
+        # alone (tests/fuzz/test_hostile_input.py, SpecialFilesTest).
+        self.assertTrue(os.path.islink(log + ".checkpoint"))
+        self.assertEqual(r.stderr, "heapsnap: warning: %s.checkpoint: not a regular file of yours with mode 0600; left "
+                                   "alone, and no checkpoint is used\n" % log)
 
 
 class EnvironmentTest(HeapsnapTest):
@@ -326,6 +329,126 @@ class OtherUsersTest(HeapsnapTest):
         self.assertEqual([m["label"] for m in self.markers(log)["markers"]], ["root", "mine", "exit"])
         self.assertEqual(os.stat(log).st_uid, self.a[0])
         self.assertEqual(stat.S_IMODE(os.stat(log).st_mode), 0o600)
+
+    # Binds the abstract names it reads from stdin ("bind NAME..." lines,
+    # answered "bound N"), and for every connection on them prints what
+    # the client sent, after offering a forged answer.
+    SQUATTER = """
+import os, resource, select, socket, sys
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+held = {}
+while True:
+    ready, _, _ = select.select([sys.stdin] + list(held), [], [])
+    for s in ready:
+        if s is sys.stdin:
+            line = sys.stdin.readline()
+            if not line:
+                sys.exit(0)
+            bound = 0
+            for name in line.split()[1:]:
+                t = socket.socket(socket.AF_UNIX)
+                try:
+                    t.bind("\\0" + name)
+                except OSError:
+                    t.close()
+                    continue
+                t.listen(64)
+                t.setblocking(False)
+                held[t] = name
+                bound += 1
+            print("bound", bound, flush=True)
+            continue
+        try:
+            c, _ = s.accept()
+        except BlockingIOError:
+            continue
+        c.settimeout(0.5)
+        got = b""
+        try:
+            c.sendall(b"ok 1\\n/etc/passwd\\n")
+            got = c.recv(4096)
+        except OSError:
+            pass
+        print("asked", held[s], repr(got), flush=True)
+        c.close()
+"""
+
+    def squat(self, squatter, names):
+        """Has the squatter bind `names`; keeps what it reported meanwhile."""
+        squatter.stdin.write("bind " + " ".join(names) + "\n")
+        squatter.stdin.flush()
+        while True:
+            line = squatter.stdout.readline()
+            self.assertTrue(line, "the squatter ended")
+            if line.startswith("bound "):
+                return
+            self.squatter_lines.append(line)
+
+    def start_growth_on_squatted_pid(self, squatter, alternates):
+        """Binds @heapsnap.<pid> (and with `alternates` every other name)
+        for the next pids, then starts growth as A until it gets one."""
+        for _ in range(20):
+            with open("/proc/sys/kernel/ns_last_pid") as f:
+                last = int(f.read())
+            pids = range(last + 1, last + 25)
+            names = ["heapsnap.%d" % p for p in pids]
+            if alternates:
+                names += ["heapsnap.%d.%d" % (p, n) for p in pids for n in range(1, 17)]
+            self.squat(squatter, names)
+            proc, pid = self.start_growth_as_a()
+            if pid in pids:
+                return proc, pid
+            self.assertEqual(self.send(proc, "quit"), "bye")
+            proc.communicate(timeout=60)
+        self.skipTest("other processes took every squatted pid")
+
+    def test_squatter_on_the_next_pids(self):
+        """User B binds @heapsnap.<pid> for the pids about to be given out,
+        and for some every other name the recorder could take. A's
+        recorded processes there say so and listen on @heapsnap.<pid>.1;
+        A's snapshots reach the right process, or, where B holds every
+        name, fail at once; B is never sent a request."""
+        squatter = subprocess.Popen([SYSTEM_PYTHON, "-c", self.SQUATTER], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, text=True, cwd="/", env={"PATH": "/usr/bin:/bin"},
+                                    **as_user(*self.b))
+        self.addCleanup(lambda: (squatter.kill(), squatter.wait(), squatter.stdout.close(), squatter.stdin.close()))
+        self.squatter_lines = []
+
+        proc, pid = self.start_growth_on_squatted_pid(squatter, alternates=False)
+        snap = self.adir + "/moved.hsnap"
+        r = self.run_as(self.a, [HEAPSNAP, "snapshot", str(pid), "--label", "mine", "--timeout", "5", "-o", snap],
+                        text=True)
+        self.assertEqual((r.returncode, r.stdout, r.stderr), (0, snap + "\n", ""))
+        self.assertEqual(self.send(proc, "quit"), "bye")
+        _, err = proc.communicate(timeout=60)
+        self.assertIn("heapsnap: control socket name @heapsnap.%d is taken by another process; serving snapshots on "
+                      "@heapsnap.%d.1\n" % (pid, pid), err)
+        (log,) = self.logs_of(err)
+        self.assertEqual([m["label"] for m in self.markers(log)["markers"]], ["mine", "exit"])
+
+        proc, pid = self.start_growth_on_squatted_pid(squatter, alternates=True)
+        start = time.monotonic()
+        r = self.run_as(self.a, [HEAPSNAP, "snapshot", str(pid), "--timeout", "5", "-o", self.adir + "/never.hsnap"],
+                        text=True)
+        self.assertLess(time.monotonic() - start, 5)
+        self.assertEqual((r.returncode, r.stdout), (1, ""))
+        self.assertEqual(r.stderr, "heapsnap: error: process %d: the control socket @heapsnap.%d is held by another "
+                                   "process (pid %d, uid %d); refusing its answer\n"
+                         % (pid, pid, squatter.pid, self.b[0]))
+        self.assertFalse(os.path.exists(self.adir + "/never.hsnap"))
+        self.assertEqual(self.send(proc, "quit"), "bye")
+        _, err = proc.communicate(timeout=60)
+        self.assertIn("heapsnap: control socket names @heapsnap.%d to @heapsnap.%d.16 are all taken by other "
+                      "processes; heapsnap snapshot cannot reach this process\n" % (pid, pid), err)
+
+        squatter.stdin.close()
+        out = squatter.stdout.read()
+        squatter.wait(timeout=60)
+        asked = [line.split(" ", 2) for line in self.squatter_lines + out.splitlines()]
+        self.assertTrue(asked, "the clients never connected to the squatter")
+        for _, name, got in asked:
+            self.assertEqual(got.strip(), "b''", "the squatter of @%s was sent a request" % name)
 
     def test_setuid_program_not_recorded(self):
         bindir = self.path("bin")

@@ -49,9 +49,25 @@ TEST_CASE("control client: recorders are the listening stream sockets named @hea
         "0000000000000000: 00000002 00000000 00010000 0001 01 49857 @heapsnap.99999999999\n"
         "0000000000000000: 00000002 00000000 00010000 0001 01 49858 /run/heapsnap.5\n"
         "0000000000000000: 00000002 00000000 00010000 0001 01 49859 @xheapsnap.6\n"
-        "0000000000000000: 00000002 00000000 00010000 0001 01 49860\n";
-    CHECK(parse_listening_recorders(net_unix) == std::vector<pid_t>{77, 18369});
+        "0000000000000000: 00000002 00000000 00010000 0001 01 49860\n"
+        // Alternate names, where another process took the first one.
+        "0000000000000000: 00000002 00000000 00010000 0001 01 49861 @heapsnap.18369.1\n"
+        "0000000000000000: 00000002 00000000 00010000 0001 01 49862 @heapsnap.55.16\n"
+        "0000000000000000: 00000002 00000000 00010000 0001 01 49863 @heapsnap.56.17\n"
+        "0000000000000000: 00000002 00000000 00010000 0001 01 49864 @heapsnap.57.x\n"
+        "0000000000000000: 00000002 00000000 00010000 0001 01 49865 @heapsnap.58.\n"
+        "0000000000000000: 00000002 00000000 00010000 0001 01 49866 @heapsnap.59.0\n"
+        "0000000000000000: 00000002 00000000 00010000 0001 01 49867 @heapsnap.60.01\n";
+    CHECK(parse_listening_recorders(net_unix) == std::vector<pid_t>{55, 77, 18369});
     CHECK(parse_listening_recorders("").empty());
+}
+
+TEST_CASE("control client: the names a recorder may listen on, in the order it takes them") {
+    std::vector<std::string> names = control_socket_names(4242);
+    REQUIRE(names.size() == 17);
+    CHECK(names[0] == "heapsnap.4242");
+    CHECK(names[1] == "heapsnap.4242.1");
+    CHECK(names[16] == "heapsnap.4242.16");
 }
 
 TEST_CASE("control client: paths travel with control bytes and backslashes escaped") {
