@@ -2,6 +2,7 @@
 // subcommand, and turns every failure into one line on stderr and a
 // documented exit status: 1 runtime error, 2 usage error, 3 threshold
 // exceeded (diff --fail-above).
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -33,6 +34,13 @@ std::string json_text(const nlohmann::json& doc) {
 
 int main(int argc, char** argv) {
     using namespace heapsnap::cli;
+    // A fixed mmap threshold: every block of 1 MiB or more (a frame's
+    // decompressed payload, the replay's tables) is its own mapping, given
+    // back to the system when freed and grown by mremap. glibc's default
+    // raises the threshold to the size of each such block freed, so the
+    // next ones come from the heap and stay resident after their free: a
+    // diff of two moments held both reads' 16 MiB payloads at once.
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
     CLI::App app{"heapsnap: record heap allocations with their call stacks, snapshot the live heap, diff two moments.",
                  "heapsnap"};
     app.set_version_flag("--version", std::string("heapsnap ") + HEAPSNAP_VERSION);

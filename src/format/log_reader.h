@@ -135,6 +135,7 @@ struct MallocStats {
     uint64_t keepcost = 0;  // releasable top bytes
 };
 
+// A field added here is copied by without_regions() too.
 struct MarkerRecord {
     uint64_t time_ns = 0;
     uint32_t thread = 0;
