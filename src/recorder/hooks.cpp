@@ -52,6 +52,7 @@
 
 #include "format/hslog.h"
 #include "recorder/allocator.h"
+#include "recorder/attach.h"
 #include "recorder/lifecycle.h"
 #include "recorder/modules.h"
 #include "recorder/own_fds.h"
@@ -142,9 +143,12 @@ CodeRange code_of(const void* fn) {
     return CodeRange{reinterpret_cast<uint64_t>(found.dlfo_map_start), reinterpret_cast<uint64_t>(found.dlfo_map_end)};
 }
 
+// Preloaded, the next definition after this library's; attached
+// (attach.h), the one the process itself binds to, which RTLD_NEXT from a
+// dlopen'd object would miss when the executable defines it.
 template <class F>
 void lookup(F& fn, const char* name) {
-    fn = reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
+    fn = reinterpret_cast<F>(dlsym(attached() ? RTLD_DEFAULT : RTLD_NEXT, name));
 }
 
 void find_code_ranges();
@@ -191,6 +195,12 @@ void find_code_ranges() {
     g_allocator_code = code_of(reinterpret_cast<void*>(real.malloc));
     g_unwinder_code = code_of(reinterpret_cast<void*>(&unw_backtrace));
 }
+
+}  // namespace
+
+void resolve_real_functions() { resolve(); }
+
+namespace {
 
 inline bool ready() {
     if (__builtin_expect(g_resolved.load(std::memory_order_acquire), 1)) return true;
@@ -987,7 +997,13 @@ HEAPSNAP_EXPORT int dlclose(void* handle) {
                                                 : reinterpret_cast<int (*)(void*)>(dlsym(RTLD_NEXT, "dlclose"));
     thread_state();
     if (should_record()) writer_take_published();
-    return real_dlclose(handle);
+    int r = real_dlclose(handle);
+    if (attached()) {
+        int saved = errno;
+        forget_unloaded_modules();
+        errno = saved;
+    }
+    return r;
 }
 
 // ---- leaving a hook by longjmp ------------------------------------------------
