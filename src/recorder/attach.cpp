@@ -219,7 +219,7 @@ bool find_hooks() {
     dl_find_object self, loader;
     if (_dl_find_object(reinterpret_cast<void*>(&find_hooks), &self) != 0) return false;
     g_self_base = self.dlfo_link_map->l_addr;
-    if (_dl_find_object(reinterpret_cast<void*>(&_dl_find_object), &loader) == 0)
+    if (_dl_find_object(static_cast<void*>(&_r_debug), &loader) == 0)
         g_loader_base = loader.dlfo_link_map->l_addr;
     // This library's own definitions: a handle searches its object first.
     // The handle is kept (the library is never unloaded), and closing it

@@ -143,12 +143,16 @@ CodeRange code_of(const void* fn) {
     return CodeRange{reinterpret_cast<uint64_t>(found.dlfo_map_start), reinterpret_cast<uint64_t>(found.dlfo_map_end)};
 }
 
-// Preloaded, the next definition after this library's; attached
+// Preloaded, the next definition after this library's, or where none
+// follows it (libc preloaded before the recorder) the first one; attached
 // (attach.h), the one the process itself binds to, which RTLD_NEXT from a
-// dlopen'd object would miss when the executable defines it.
+// dlopen'd object would miss when the executable defines it. The
+// recorder's own calls of these names reach its hooks
+// (-Bsymbolic-functions), which must find a real function either way.
 template <class F>
 void lookup(F& fn, const char* name) {
-    fn = reinterpret_cast<F>(dlsym(attached() ? RTLD_DEFAULT : RTLD_NEXT, name));
+    void* found = attached() ? nullptr : dlsym(RTLD_NEXT, name);
+    fn = reinterpret_cast<F>(found ? found : dlsym(RTLD_DEFAULT, name));
 }
 
 void find_code_ranges();
@@ -1210,7 +1214,8 @@ template <class Fn>
 Fn next_definition(std::atomic<Fn>& cache, const char* name) {
     Fn fn = cache.load(std::memory_order_acquire);
     if (!fn) {
-        fn = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+        void* found = dlsym(RTLD_NEXT, name);
+        fn = reinterpret_cast<Fn>(found ? found : dlsym(RTLD_DEFAULT, name));
         cache.store(fn, std::memory_order_release);
     }
     return fn;

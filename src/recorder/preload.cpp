@@ -434,16 +434,17 @@ bool initialize() {
 // ---- attached (attach.h) ------------------------------------------------------
 
 // Loaded by dlopen into a running process (heapsnap attach), not by the
-// dynamic linker at start: preloaded objects are loaded before the
-// executable's dependencies, so a preloaded recorder precedes libc in the
-// link-map chain, and one dlopen'd later follows it.
-bool loaded_after_libc() {
-    dl_find_object self, libc;
-    if (_dl_find_object(reinterpret_cast<void*>(&loaded_after_libc), &self) != 0 ||
-        _dl_find_object(reinterpret_cast<void*>(&getpid), &libc) != 0)
+// dynamic linker at start: the dynamic linker puts its own link map last
+// in the chain of the objects it loads at start (preloads, the
+// executable's dependencies), and dlopen appends after it. (_r_debug is
+// the dynamic linker's; _dl_find_object is libc's.)
+bool loaded_after_loader() {
+    dl_find_object self, loader;
+    if (_dl_find_object(reinterpret_cast<void*>(&loaded_after_loader), &self) != 0 ||
+        _dl_find_object(static_cast<void*>(&_r_debug), &loader) != 0)
         return false;
     for (const link_map* m = self.dlfo_link_map ? self.dlfo_link_map->l_prev : nullptr; m; m = m->l_prev)
-        if (m == libc.dlfo_link_map) return true;
+        if (m == loader.dlfo_link_map) return true;
     return false;
 }
 
@@ -681,7 +682,7 @@ HEAPSNAP_EXPORT int heapsnap_marker_v1(const char* label) {
 // Loaded by `heapsnap attach`, the recorder waits for heapsnap_attach_v1
 // (attach.cpp): nothing calls its hooks until it binds them.
 __attribute__((constructor)) static void heapsnap_start() {
-    if (g_state.load() == Uninitialized && loaded_after_libc()) {
+    if (g_state.load() == Uninitialized && loaded_after_loader()) {
         g_attached = true;
         return;
     }
