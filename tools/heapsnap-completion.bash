@@ -17,6 +17,7 @@
 #   markers, dump   .hslog files
 #   maps      a PID, a .hsnap, or LOG@MARKER
 #   ps        options only
+#   attach, detach   a PID of the user's processes
 # Needs nothing but bash (not the bash-completion package).
 
 # Prints "NAME TAKES_VALUE CHOICES" per option of `heapsnap $1` ($1 empty:
@@ -205,6 +206,9 @@ _heapsnap() {
             ;;
         markers | dump)
             mapfile -t reply < <(_heapsnap_files "$cur" "" hslog)
+            ;;
+        attach | detach)
+            mapfile -t reply < <(_heapsnap_pids "$cur")
             ;;
         ps) ;;
         *)

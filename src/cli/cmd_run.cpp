@@ -25,6 +25,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/recorder_settings.h"
 #include "format/hslog.h"
 #include "util/error.h"
 
@@ -32,50 +33,11 @@ namespace heapsnap::cli {
 namespace {
 
 struct RunOptions {
-    std::string output = "heapsnap.%e.%p.hslog";
+    RecorderSettings recorder;
     double interval = 0;
-    std::string unwind = "auto";
-    unsigned depth = 64;
-    uint64_t sample_bytes = 0;
     bool no_follow = false;
     std::vector<std::string> command;
 };
-
-std::string self_dir() {
-    char buf[4096];
-    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n <= 0) return ".";
-    buf[n] = 0;
-    std::string path(buf);
-    return path.substr(0, path.rfind('/'));
-}
-
-// The build tree keeps the library next to the binary; an install keeps it
-// in <prefix>/lib[/<multiarch>]/heapsnap.
-std::string find_preload_library() {
-    if (const char* env = std::getenv("HEAPSNAP_PRELOAD_LIB"); env && *env) {
-        if (access(env, R_OK) == 0) return env;
-        throw Error(std::string("HEAPSNAP_PRELOAD_LIB=") + env + ": " + std::strerror(errno));
-    }
-    std::string dir = self_dir();
-    for (const char* rel : {"/libheapsnap_preload.so", "/../lib/heapsnap/libheapsnap_preload.so",
-                            "/../lib/x86_64-linux-gnu/heapsnap/libheapsnap_preload.so",
-                            "/../lib64/heapsnap/libheapsnap_preload.so"}) {
-        std::string candidate = dir + rel;
-        if (access(candidate.c_str(), R_OK) == 0) {
-            char resolved[4096];
-            return realpath(candidate.c_str(), resolved) ? std::string(resolved) : candidate;
-        }
-    }
-    throw Error("cannot find libheapsnap_preload.so next to " + dir + " or in ../lib/heapsnap (set HEAPSNAP_PRELOAD_LIB)");
-}
-
-std::string absolute(const std::string& path) {
-    if (!path.empty() && path[0] == '/') return path;
-    char cwd[4096];
-    if (!getcwd(cwd, sizeof cwd)) throw Error(std::string("cannot get the current directory: ") + std::strerror(errno));
-    return std::string(cwd) + "/" + path;
-}
 
 // The file execvp would run for `name`, or "" if none.
 std::string resolve_program(const std::string& name) {
@@ -120,14 +82,13 @@ int run(const RunOptions& o) {
     std::string preload = lib;
     if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
     setenv("LD_PRELOAD", preload.c_str(), 1);
-    setenv("HEAPSNAP_OUTPUT", absolute(o.output).c_str(), 1);
+    for (const auto& [name, value] : recorder_variables(o.recorder)) {
+        if (value.empty())
+            unsetenv(name.c_str());
+        else
+            setenv(name.c_str(), value.c_str(), 1);
+    }
     setenv("HEAPSNAP_PATHS_FILE", paths_file.c_str(), 1);
-    setenv("HEAPSNAP_DEPTH", std::to_string(o.depth).c_str(), 1);
-    setenv("HEAPSNAP_UNWIND", o.unwind.c_str(), 1);
-    if (o.sample_bytes)
-        setenv("HEAPSNAP_SAMPLE_BYTES", std::to_string(o.sample_bytes).c_str(), 1);
-    else
-        unsetenv("HEAPSNAP_SAMPLE_BYTES");
     if (o.interval > 0)
         setenv("HEAPSNAP_INTERVAL", std::to_string(o.interval).c_str(), 1);
     else
@@ -183,27 +144,79 @@ int run(const RunOptions& o) {
 void setup_run(CLI::App& app, Action& action) {
     auto o = std::make_shared<RunOptions>();
     CLI::App* sub = app.add_subcommand("run", "Run PROGRAM with every allocation recorded into a log");
-    sub->add_option("-o,--output", o->output,
-                    "Log path pattern: %p = pid, %e = executable name, %% = %")
-        ->default_val(o->output);
+    add_recorder_options(sub, o->recorder);
     sub->add_option("--interval", o->interval, "Write a marker every SECONDS")->check(number_in(0.001, 86400, "s"));
-    sub->add_option("--unwind", o->unwind,
-                    "Stack unwinding: dwarf (the binaries' .eh_frame unwind tables, always right), fp (frame "
-                    "pointers: only for code built with -fno-omit-frame-pointer) or auto (= dwarf)")
-        ->check(one_of({"auto", "dwarf", "fp"}))
-        ->default_val(o->unwind);
-    sub->add_option("--depth", o->depth, "Frames kept per stack")->check(count_in(1, 256))->default_val(o->depth);
-    sub->add_option("--sample-bytes", o->sample_bytes,
-                    "Record a random sample of allocations, one per N bytes on average (Poisson; blocks of N bytes "
-                    "or more always); every output then shows scaled estimates, marked as sampled. Suffixes K, M, "
-                    "G, T: 1024 each. Default: every allocation")
-        ->transform(bytes_in(1, hslog::kMaxSampleBytes));
     sub->add_flag("--no-follow", o->no_follow,
                   "Record PROGRAM's own process only: not the children it forks, nor the programs it or they "
                   "exec (as heaptrack)");
     sub->add_option("command", o->command, "PROGRAM [ARGS...], after --")->required();
     sub->footer("Example:\n  heapsnap run -- ./server --port 8080\n  heapsnap run -o /tmp/app.%p.hslog --interval 5 -- ./app");
     sub->callback([o, &action] { action = [o] { return run(*o); }; });
+}
+
+namespace {
+
+std::string self_dir() {
+    char buf[4096];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) return ".";
+    buf[n] = 0;
+    std::string path(buf);
+    return path.substr(0, path.rfind('/'));
+}
+
+}  // namespace
+
+std::string find_preload_library() {
+    if (const char* env = std::getenv("HEAPSNAP_PRELOAD_LIB"); env && *env) {
+        if (access(env, R_OK) == 0) return env;
+        throw Error(std::string("HEAPSNAP_PRELOAD_LIB=") + env + ": " + std::strerror(errno));
+    }
+    std::string dir = self_dir();
+    for (const char* rel : {"/libheapsnap_preload.so", "/../lib/heapsnap/libheapsnap_preload.so",
+                            "/../lib/x86_64-linux-gnu/heapsnap/libheapsnap_preload.so",
+                            "/../lib64/heapsnap/libheapsnap_preload.so"}) {
+        std::string candidate = dir + rel;
+        if (access(candidate.c_str(), R_OK) == 0) {
+            char resolved[4096];
+            return realpath(candidate.c_str(), resolved) ? std::string(resolved) : candidate;
+        }
+    }
+    throw Error("cannot find libheapsnap_preload.so next to " + dir + " or in ../lib/heapsnap (set HEAPSNAP_PRELOAD_LIB)");
+}
+
+namespace {
+
+std::string absolute(const std::string& path) {
+    if (!path.empty() && path[0] == '/') return path;
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd)) throw Error(std::string("cannot get the current directory: ") + std::strerror(errno));
+    return std::string(cwd) + "/" + path;
+}
+
+}  // namespace
+
+void add_recorder_options(CLI::App* sub, RecorderSettings& s) {
+    sub->add_option("-o,--output", s.output, "Log path pattern: %p = pid, %e = executable name, %% = %")
+        ->default_val(s.output);
+    sub->add_option("--unwind", s.unwind,
+                    "Stack unwinding: dwarf (the binaries' .eh_frame unwind tables, always right), fp (frame "
+                    "pointers: only for code built with -fno-omit-frame-pointer) or auto (= dwarf)")
+        ->check(one_of({"auto", "dwarf", "fp"}))
+        ->default_val(s.unwind);
+    sub->add_option("--depth", s.depth, "Frames kept per stack")->check(count_in(1, 256))->default_val(s.depth);
+    sub->add_option("--sample-bytes", s.sample_bytes,
+                    "Record a random sample of allocations, one per N bytes on average (Poisson; blocks of N bytes "
+                    "or more always); every output then shows scaled estimates, marked as sampled. Suffixes K, M, "
+                    "G, T: 1024 each. Default: every allocation")
+        ->transform(bytes_in(1, hslog::kMaxSampleBytes));
+}
+
+std::vector<std::pair<std::string, std::string>> recorder_variables(const RecorderSettings& s) {
+    return {{"HEAPSNAP_OUTPUT", absolute(s.output)},
+            {"HEAPSNAP_DEPTH", std::to_string(s.depth)},
+            {"HEAPSNAP_UNWIND", s.unwind},
+            {"HEAPSNAP_SAMPLE_BYTES", s.sample_bytes ? std::to_string(s.sample_bytes) : ""}};
 }
 
 }  // namespace heapsnap::cli

@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/inject.h"
 #include "cli/options.h"
 #include "util/read_budget.h"
 #include "util/text.h"
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
     app.footer("Run 'heapsnap <command> --help' for a command's options; man heapsnap for the whole story.");
     Action action;
     setup_run(app, action);
+    setup_attach(app, action);
     setup_snapshot(app, action);
     setup_diff(app, action);
     setup_report(app, action);
@@ -87,6 +89,9 @@ int main(int argc, char** argv) {
     }
     try {
         return action ? action() : kExitUsage;
+    } catch (const AttachRefused& e) {
+        std::cerr << "heapsnap: error: " << heapsnap::terminal_safe(e.what()) << "\n";
+        return e.status;
     } catch (const heapsnap::BudgetExceeded& e) {
         std::cout.flush();
         std::cerr << "heapsnap: error: reading the input " << heapsnap::terminal_safe(e.what()) << "\n";

@@ -127,12 +127,13 @@ void refuse(int fd, const char* text) {
     send_reply(fd, reply);
 }
 
-enum class Verb { None, Snapshot, Info };
+enum class Verb { None, Snapshot, Info, Detach };
 
-// Parses "snapshot", "snapshot <label>" or "info" (the line without its
-// newline).
+// Parses "snapshot", "snapshot <label>", "info" or "detach" (the line
+// without its newline).
 Verb parse_request(const char* line, char* label, size_t cap) {
     if (strcmp(line, "info") == 0) return Verb::Info;
+    if (strcmp(line, "detach") == 0) return Verb::Detach;
     const char* verb = "snapshot";
     size_t verb_len = strlen(verb);
     if (strncmp(line, verb, verb_len) != 0 || (line[verb_len] != ' ' && line[verb_len] != 0)) return Verb::None;
@@ -168,11 +169,20 @@ void answer_info(int fd) {
     send_reply(fd, reply);
 }
 
+// ---- detach (formats/control.md): answered by the writer once the log
+// has ended (control_reply_detached).
+void take_detach(int fd) {
+    if (!attached())
+        return refuse(fd, "the recorder was not attached (heapsnap run, LD_PRELOAD): it records until the process ends");
+    if (!writer_request_detach(fd)) return refuse(fd, "a detach is already under way");
+}
+
 void take_request(int fd, char* line) {
     char label[256];
     Verb verb = parse_request(line, label, sizeof label);
     if (verb == Verb::None) return refuse(fd, "malformed request");
     if (verb == Verb::Info) return answer_info(fd);
+    if (verb == Verb::Detach) return take_detach(fd);
     if (g_pending_count == kMaxPending) return refuse(fd, "too many pending requests");
     uint32_t token = take_marker(hslog::MarkerCause::Request, label[0] ? label : "snapshot");
     if (!token) return refuse(fd, "the recorder is not recording");
@@ -344,6 +354,15 @@ void control_poll() {
     for (int i = 0; i < g_reading_count; ++i)
         if (!read_some(g_reading[i], now)) g_reading[kept++] = g_reading[i];
     g_reading_count = kept;
+}
+
+void control_reply_detached(int fd) {
+    Reply<kMaxReply> reply;
+    reply.put("ok detach\n");
+    reply.put_escaped(writer_log_path());
+    reply.put("\n");
+    if (reply.overflow) return refuse(fd, "reply too long (paths of more than 16 KiB)");
+    send_reply(fd, reply);
 }
 
 void control_reply_durable(uint32_t durable_marker) {

@@ -37,6 +37,9 @@ void control_poll();
 // Connections whose request is still arriving: control_poll has work
 // even when none of control_poll_fds is ready (their deadlines).
 bool control_reading();
+// Answers a `detach` request on `fd` once the log has ended (writer.h,
+// writer_request_detach).
+void control_reply_detached(int fd);
 // Answers requests whose marker is now on disk.
 void control_reply_durable(uint32_t durable_marker);
 

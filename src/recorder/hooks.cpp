@@ -52,6 +52,7 @@
 
 #include "format/hslog.h"
 #include "recorder/allocator.h"
+#include "recorder/attach.h"
 #include "recorder/lifecycle.h"
 #include "recorder/modules.h"
 #include "recorder/own_fds.h"
@@ -142,9 +143,16 @@ CodeRange code_of(const void* fn) {
     return CodeRange{reinterpret_cast<uint64_t>(found.dlfo_map_start), reinterpret_cast<uint64_t>(found.dlfo_map_end)};
 }
 
+// Preloaded, the next definition after this library's, or where none
+// follows it (libc preloaded before the recorder) the first one; attached
+// (attach.h), the one the process itself binds to, which RTLD_NEXT from a
+// dlopen'd object would miss when the executable defines it. The
+// recorder's own calls of these names reach its hooks
+// (-Bsymbolic-functions), which must find a real function either way.
 template <class F>
 void lookup(F& fn, const char* name) {
-    fn = reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
+    void* found = attached() ? nullptr : dlsym(RTLD_NEXT, name);
+    fn = reinterpret_cast<F>(found ? found : dlsym(RTLD_DEFAULT, name));
 }
 
 void find_code_ranges();
@@ -191,6 +199,12 @@ void find_code_ranges() {
     g_allocator_code = code_of(reinterpret_cast<void*>(real.malloc));
     g_unwinder_code = code_of(reinterpret_cast<void*>(&unw_backtrace));
 }
+
+}  // namespace
+
+void resolve_real_functions() { resolve(); }
+
+namespace {
 
 inline bool ready() {
     if (__builtin_expect(g_resolved.load(std::memory_order_acquire), 1)) return true;
@@ -987,7 +1001,13 @@ HEAPSNAP_EXPORT int dlclose(void* handle) {
                                                 : reinterpret_cast<int (*)(void*)>(dlsym(RTLD_NEXT, "dlclose"));
     thread_state();
     if (should_record()) writer_take_published();
-    return real_dlclose(handle);
+    int r = real_dlclose(handle);
+    if (attached()) {
+        int saved = errno;
+        forget_unloaded_modules();
+        errno = saved;
+    }
+    return r;
 }
 
 // ---- leaving a hook by longjmp ------------------------------------------------
@@ -1194,7 +1214,8 @@ template <class Fn>
 Fn next_definition(std::atomic<Fn>& cache, const char* name) {
     Fn fn = cache.load(std::memory_order_acquire);
     if (!fn) {
-        fn = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+        void* found = dlsym(RTLD_NEXT, name);
+        fn = reinterpret_cast<Fn>(found ? found : dlsym(RTLD_DEFAULT, name));
         cache.store(fn, std::memory_order_release);
     }
     return fn;

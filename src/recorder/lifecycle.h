@@ -80,6 +80,29 @@ const char* absolute_output_entry();
 // HEAPSNAP_OUTPUT the recorder started with becomes `entry`.
 void replace_output_entry(char** env, const char* entry);
 
+// ---- attached (src/recorder/attach.h) ----
+// The recorder was loaded into a running process by `heapsnap attach`
+// (dlopen), not preloaded: its constructor left it idle.
+bool attached();
+enum class AttachStart {
+    Started,    // recording into a new log
+    Recording,  // it already is
+    Preloaded,  // the recorder was preloaded: it records from the start or not at all
+    Failed,     // the log could not be created (alert said why), or recording ended for good
+};
+// Starts recording with `settings` (NAME=value strings, null-terminated:
+// the HEAPSNAP_* variables heapsnap run would set) read in place of the
+// environment: the first time, or again after stop_attached.
+AttachStart start_attached(char** settings);
+// Recording that start_attached began ends at once (its hooks could not
+// be bound): the log ends as at detach, without the marker.
+void abandon_attached();
+// The text of the last alert (the reason a log could not be created).
+const char* last_alert();
+// `heapsnap detach`, on the writer thread, once the hooks are unbound:
+// the exit-like marker `detach`, then the hooks record nothing more.
+void stop_attached();
+
 // Recording stops for good (the log cannot be written: writer.cpp, fail):
 // the hooks record nothing more, and no exit marker is taken.
 void stop_recording();

@@ -34,6 +34,7 @@
 #include <atomic>
 
 #include "recorder/allocator.h"
+#include "recorder/attach.h"
 #include "recorder/clock.h"
 #include "recorder/lifecycle.h"
 #include "recorder/markers.h"
@@ -52,7 +53,9 @@
 namespace heapsnap::recorder {
 namespace {
 
-enum State : int { Uninitialized, Initializing, Active, Disabled, ShutDown, ForkPending };
+// Detached: `heapsnap detach` ended the log; the hooks forward to the real
+// functions until `heapsnap attach` starts a new one (attach.h).
+enum State : int { Uninitialized, Initializing, Active, Disabled, ShutDown, ForkPending, Detached };
 
 std::atomic<int> g_state{Uninitialized};
 Config g_config;
@@ -70,10 +73,17 @@ bool g_fork_child = false;
 // itself: getenv, setenv and unsetenv may be the program's own (bash
 // defines them over its variable table, which does not exist yet this
 // early, and its unsetenv then does nothing).
+//
+// Attached (attach.h), the recorder takes the same variables from the
+// settings `heapsnap attach` passed instead (g_settings), and never
+// edits the program's environment.
+char** g_settings = nullptr;
+
 char** env_slot(const char* name) {
-    if (!environ) return nullptr;
+    char** table = g_settings ? g_settings : environ;
+    if (!table) return nullptr;
     size_t n = strlen(name);
-    for (char** e = environ; *e; ++e)
+    for (char** e = table; *e; ++e)
         if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return e;
     return nullptr;
 }
@@ -269,9 +279,13 @@ void on_thread_exit(void*) {
     abandon_hook(UINT64_MAX);
     bool recorded = t.ring != nullptr;
     if (recorded) {
-        Slot slot{};
-        slot.kind = SlotKind::ThreadExit;
-        emit(slot);
+        // Detached, nothing is written: the next log (attach again) never
+        // saw this thread start.
+        if (g_state.load() != Detached) {
+            Slot slot{};
+            slot.kind = SlotKind::ThreadExit;
+            emit(slot);
+        }
         retire_current_thread();
     }
     release_stack_cache();
@@ -378,6 +392,28 @@ void register_exit_handler() {
     g_exit_handler = __cxa_atexit(on_exits_done, nullptr, nullptr) == 0;
 }
 
+// What the recorder sets up once per process image, whether it starts
+// with the process or is attached to it later.
+bool g_set_up = false;
+
+bool set_up_once() {
+    if (g_set_up) return true;
+    init_clock();
+    set_spin_rounds();
+    order_publication_init();
+    init_exe_path();
+    // libunwind's default cache is global and locked: threads allocating at
+    // once would queue on it.
+    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+    if (!watch_thread_exits(on_thread_exit)) return false;
+    current_thread_index();  // the thread that starts the process (or attaches) is thread 0
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+    at_quick_exit(on_quick_exit);
+    register_exit_handler();
+    g_set_up = true;
+    return true;
+}
+
 bool initialize() {
     read_config();
     if (!g_config.follow) leave_environment();
@@ -385,30 +421,92 @@ bool initialize() {
         diagnostic("refusing to record a setuid/setgid program (secure-execution mode); recording disabled");
         return false;
     }
-    init_clock();
-    set_spin_rounds();
-    order_publication_init();
     g_start_ns = now_ns();
     g_owner = getpid();
-    init_exe_path();
-    // libunwind's default cache is global and locked: threads allocating at
-    // once would queue on it.
-    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+    if (!set_up_once()) return false;
     {
         LockGuard guard(metadata_lock());
         rescan_modules(true);
     }
-    if (!watch_thread_exits(on_thread_exit)) return false;
-    current_thread_index();  // the thread that starts the process is thread 0
-    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
-    at_quick_exit(on_quick_exit);
-    register_exit_handler();
+    return writer_open();
+}
+
+// ---- attached (attach.h) ------------------------------------------------------
+
+// Loaded by dlopen into a running process (heapsnap attach), not by the
+// dynamic linker at start: the dynamic linker puts its own link map last
+// in the chain of the objects it loads at start (preloads, the
+// executable's dependencies), and dlopen appends after it. (_r_debug is
+// the dynamic linker's; _dl_find_object is libc's.)
+bool loaded_after_loader() {
+    dl_find_object self, loader;
+    if (_dl_find_object(reinterpret_cast<void*>(&loaded_after_loader), &self) != 0 ||
+        _dl_find_object(static_cast<void*>(&_r_debug), &loader) != 0)
+        return false;
+    for (const link_map* m = self.dlfo_link_map ? self.dlfo_link_map->l_prev : nullptr; m; m = m->l_prev)
+        if (m == loader.dlfo_link_map) return true;
+    return false;
+}
+
+bool g_attached = false;
+
+// A new log for an attached process: the settings `heapsnap attach`
+// passed, the module and stack definitions again (as a fork child's log
+// has them), and the writer.
+bool open_attached_log() {
+    read_config();
+    g_start_ns = now_ns();
+    g_owner = getpid();
+    g_fork_child = false;
+    g_finishing.store(0);
+    if (!set_up_once()) return false;
+    {
+        LockGuard guard(metadata_lock());
+        requeue_all_modules();
+        rescan_modules(true);
+        requeue_all_stacks();
+    }
     return writer_open();
 }
 
 }  // namespace
 
 const Config& config() { return g_config; }
+
+bool attached() { return g_attached; }
+
+AttachStart start_attached(char** settings) {
+    if (!g_attached) return AttachStart::Preloaded;
+    int state = g_state.load();
+    if (state == Active) return AttachStart::Recording;
+    if (state != Uninitialized && state != Detached) return AttachStart::Failed;
+    // A writer that ended the last log at detach leaves right after.
+    for (int i = 0; i < 100000 && writer_running(); ++i) sched_yield();
+    if (writer_running() || !g_state.compare_exchange_strong(state, Initializing)) return AttachStart::Recording;
+    SignalsBlocked blocked;
+    ThreadState& t = thread_state();
+    t.internal++;
+    g_settings = settings;
+    resolve_real_functions();
+    bool ok = open_attached_log();
+    g_settings = nullptr;
+    t.internal--;
+    g_state.store(ok ? Active : Detached, std::memory_order_release);
+    if (!ok) return AttachStart::Failed;
+    writer_start_thread();
+    return AttachStart::Started;
+}
+
+void abandon_attached() {
+    writer_stop(hslog::EndReason::Shutdown);
+    g_state.store(Detached, std::memory_order_release);
+}
+
+void stop_attached() {
+    if (g_state.load() != Active) return;
+    take_marker(hslog::MarkerCause::Exit, "detach");
+    g_state.store(Detached, std::memory_order_release);
+}
 
 const char* absolute_output_entry() {
     return g_absolute_entry[0] && g_config.follow && g_state.load() != Uninitialized ? g_absolute_entry : nullptr;
@@ -432,6 +530,7 @@ bool ensure_initialized() {
     int state = g_state.load(std::memory_order_acquire);
     if (state == Active) return true;
     if (state != Uninitialized && state != ForkPending) return false;
+    if (state == Uninitialized && g_attached) return false;  // until heapsnap_attach_v1
     if (!g_state.compare_exchange_strong(state, Initializing)) return g_state.load() == Active;
     // Blocked: a handler never finds `internal` raised here.
     SignalsBlocked blocked;
@@ -465,8 +564,18 @@ void diagnostic(const char* a, const char* b, const char* c, const char* d, cons
     (void)ignored;
 }
 
+namespace {
+char g_last_alert[3 * kMaxPathLen];
+}  // namespace
+
+const char* last_alert() { return g_last_alert; }
+
 void alert(const char* a, const char* b, const char* c, const char* d) {
     diagnostic(a, b, c, d);
+    size_t kept = 0;
+    for (const char* s : {a, b, c, d})
+        for (; *s && kept + 1 < sizeof g_last_alert; ++s) g_last_alert[kept++] = *s;
+    g_last_alert[kept] = 0;
     // Also to the system log (syslog's datagram socket, LOG_USER |
     // LOG_WARNING), where a daemon's message still reaches someone after
     // its stderr went to /dev/null. Nothing if there is none.
@@ -570,7 +679,13 @@ HEAPSNAP_EXPORT int heapsnap_marker_v1(const char* label) {
     return take_marker(heapsnap::hslog::MarkerCause::User, label ? label : "") != 0 ? 1 : 0;
 }
 
+// Loaded by `heapsnap attach`, the recorder waits for heapsnap_attach_v1
+// (attach.cpp): nothing calls its hooks until it binds them.
 __attribute__((constructor)) static void heapsnap_start() {
+    if (g_state.load() == Uninitialized && loaded_after_loader()) {
+        g_attached = true;
+        return;
+    }
     if (ensure_initialized()) {
         register_exit_handler();
         writer_start_thread();

@@ -23,6 +23,7 @@
 
 #include "format/hslog.h"
 #include "recorder/alloc_infos.h"
+#include "recorder/attach.h"
 #include "recorder/clock.h"
 #include "recorder/control.h"
 #include "recorder/lifecycle.h"
@@ -636,6 +637,15 @@ bool wait_for_work(uint64_t timeout_ns) {
     return control_ready;
 }
 
+// A `detach` request's connection (control.cpp), -1 if none: the writer
+// leaves its loop and ends the log (end_detached).
+std::atomic<int> g_detach_fd{-1};
+// The writer thread left by itself after a detach: the next start joins it
+// before reusing its stack.
+std::atomic<bool> g_writer_unjoined{false};
+
+void end_detached();
+
 void* writer_main(void*) {
     thread_state().internal = 1;
     // Created with every signal blocked (LockGuard); glibc's own two
@@ -652,7 +662,8 @@ void* writer_main(void*) {
     // The last round emitted events: the writer naps for one stamp tick
     // only, and the tick is fresh meanwhile (thread_buffer.h, "One thread").
     bool busy = false;
-    while (!g_stop.load(std::memory_order_acquire) && !g_failed.load(std::memory_order_acquire)) {
+    while (!g_stop.load(std::memory_order_acquire) && !g_failed.load(std::memory_order_acquire) &&
+           g_detach_fd.load(std::memory_order_acquire) < 0) {
         uint64_t timeout_ns = busy ? kStampTickNs : kIdleWaitMs * 1'000'000ull;
         if (interval_ns) {
             uint64_t now = now_ns();
@@ -691,6 +702,7 @@ void* writer_main(void*) {
         }
         control_reply_durable(g_durable_marker.load(std::memory_order_acquire));
     }
+    if (g_detach_fd.load(std::memory_order_acquire) >= 0) end_detached();
     return nullptr;
 }
 
@@ -915,6 +927,11 @@ void with_thread_lock(Fn&& fn) {
 
 void start_writer_thread_locked() {
     if (g_running.load() || g_fd < 0) return;
+    if (g_writer_unjoined.exchange(false)) {  // gone since its detach; its stack is free once joined
+        thread_state().internal++;
+        pthread_join(g_thread, nullptr);
+        thread_state().internal--;
+    }
     g_stop.store(false);
     control_open();
     // The writer runs on a stack of our own mapping: it shows as recorder
@@ -1018,7 +1035,43 @@ void drain_published_locked() {
     }
 }
 
+// `heapsnap detach` (attach.h), on the writer thread, which leaves
+// afterwards: the hooks are unbound, the `detach` marker taken, then
+// everything published is written with the End record (reason 2), the
+// client answered, the log and the control socket closed.
+void end_detached() {
+    int client = g_detach_fd.load(std::memory_order_acquire);
+    unbind_hooks();
+    stop_attached();
+    {
+        LockGuard guard(g_writer_lock);
+        if (g_fd >= 0 && !g_ended) {
+            drain_published_locked();
+            codec::Writer w = reserve(2 + 3 * codec::kMaxVarint);
+            hslog::put_end(w, advance_time(now_ns()), hslog::EndReason::Shutdown, g_enc.events, unrecorded_events());
+            commit(w);
+            flush_frame();
+            g_ended = true;
+        }
+        control_reply_detached(client);
+        if (g_fd >= 0) close_own(g_fd);
+        g_fd = -1;
+    }
+    control_close();
+    g_detach_fd.store(-1, std::memory_order_release);
+    // Not under g_thread_lock: a thread that stops the writer holds it
+    // while it joins this one. A thread that finds g_running still set
+    // joins it; otherwise the next start does.
+    g_writer_unjoined.store(true, std::memory_order_relaxed);
+    if (!g_running.exchange(false)) g_writer_unjoined.store(false, std::memory_order_relaxed);
+}
+
 }  // namespace
+
+bool writer_request_detach(int fd) {
+    int none = -1;
+    return g_detach_fd.compare_exchange_strong(none, fd);
+}
 
 void writer_pause() {
     stop_writer_thread();

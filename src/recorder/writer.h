@@ -51,6 +51,11 @@ void writer_pause();
 // log is removed instead of ended, so a child that forks only to exec
 // leaves no log behind. False (the log left open) if it recorded anything.
 bool writer_discard_if_empty();
+// `heapsnap detach` (control.cpp, on the writer thread): the writer leaves
+// its loop, ends the attached recording (attach.h) and the log (End
+// reason 2), answers the client on `fd` and exits. False if a detach is
+// already under way.
+bool writer_request_detach(int fd);
 // In a fork child: forget the parent's file and thread (not running here).
 void writer_forget_after_fork();
 

@@ -1,0 +1,588 @@
+#include "cli/inject.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <libunwind-ptrace.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/ptrace.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/user.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "cli/control_client.h"
+#include "util/files.h"
+
+namespace heapsnap::cli {
+namespace {
+
+std::string pid_text(pid_t pid) { return std::to_string(pid); }
+
+double now_ms() {
+    timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) / 1e6;
+}
+
+std::string read_text(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+std::string basename_of(const std::string& path) {
+    size_t slash = path.rfind('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// ---- the target's memory map ----------------------------------------------------
+
+struct Mapping {
+    uint64_t start = 0, end = 0, offset = 0;
+    std::string path;
+};
+
+std::vector<Mapping> read_maps(pid_t pid) {
+    std::vector<Mapping> maps;
+    std::ifstream in("/proc/" + pid_text(pid) + "/maps");
+    for (std::string line; std::getline(in, line);) {
+        Mapping m;
+        char perms[8];
+        int consumed = 0;
+        unsigned long long start, end, offset;
+        if (sscanf(line.c_str(), "%llx-%llx %7s %llx %*s %*s %n", &start, &end, perms, &offset, &consumed) < 4)
+            continue;
+        m.start = start;
+        m.end = end;
+        m.offset = offset;
+        if (consumed > 0 && static_cast<size_t>(consumed) < line.size()) m.path = line.substr(consumed);
+        maps.push_back(m);
+    }
+    return maps;
+}
+
+bool is_loader(const std::string& path) {
+    std::string base = basename_of(path);
+    return base.rfind("ld-linux", 0) == 0 || (base.rfind("ld-", 0) == 0 && base.find(".so") != std::string::npos);
+}
+
+bool is_libc(const std::string& path) {
+    std::string base = basename_of(path);
+    return base.rfind("libc.so", 0) == 0 || base.rfind("libc-2.", 0) == 0;
+}
+
+// The address the object `path` is loaded at (its mapping of offset 0).
+std::optional<uint64_t> base_of(const std::vector<Mapping>& maps, const std::string& path) {
+    for (const Mapping& m : maps)
+        if (m.path == path && m.offset == 0) return m.start;
+    return std::nullopt;
+}
+
+const Mapping* mapping_at(const std::vector<Mapping>& maps, uint64_t addr) {
+    for (const Mapping& m : maps)
+        if (addr >= m.start && addr < m.end) return &m;
+    return nullptr;
+}
+
+// ---- .dynsym of a shared object, read by hand ------------------------------------
+
+struct Symbol {
+    uint64_t value = 0, size = 0;
+    std::string name;
+};
+
+// The defined functions of `file`'s .dynsym, by address.
+std::vector<Symbol> dynamic_functions(const std::string& file) {
+    std::vector<Symbol> out;
+    int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return out;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(Elf64_Ehdr))) {
+        close(fd);
+        return out;
+    }
+    size_t size = static_cast<size_t>(st.st_size);
+    void* mapped = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (mapped == MAP_FAILED) return out;
+    const auto* bytes = static_cast<const uint8_t*>(mapped);
+    auto within = [&](uint64_t off, uint64_t len) { return off <= size && len <= size - off; };
+    const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(bytes);
+    if (memcmp(eh->e_ident, ELFMAG, SELFMAG) == 0 && eh->e_ident[EI_CLASS] == ELFCLASS64 &&
+        eh->e_shentsize == sizeof(Elf64_Shdr) && within(eh->e_shoff, uint64_t{eh->e_shnum} * sizeof(Elf64_Shdr))) {
+        const auto* sh = reinterpret_cast<const Elf64_Shdr*>(bytes + eh->e_shoff);
+        for (unsigned i = 0; i < eh->e_shnum; ++i) {
+            if (sh[i].sh_type != SHT_DYNSYM || sh[i].sh_link >= eh->e_shnum) continue;
+            const Elf64_Shdr& strings = sh[sh[i].sh_link];
+            if (!within(sh[i].sh_offset, sh[i].sh_size) || !within(strings.sh_offset, strings.sh_size)) continue;
+            const auto* syms = reinterpret_cast<const Elf64_Sym*>(bytes + sh[i].sh_offset);
+            const char* names = reinterpret_cast<const char*>(bytes + strings.sh_offset);
+            for (size_t k = 0; k < sh[i].sh_size / sizeof(Elf64_Sym); ++k) {
+                int type = ELF64_ST_TYPE(syms[k].st_info);
+                if ((type != STT_FUNC && type != STT_GNU_IFUNC) || syms[k].st_shndx == SHN_UNDEF ||
+                    syms[k].st_name >= strings.sh_size)
+                    continue;
+                const char* name = names + syms[k].st_name;
+                out.push_back(Symbol{syms[k].st_value, syms[k].st_size,
+                                     std::string(name, strnlen(name, strings.sh_size - syms[k].st_name))});
+            }
+        }
+    }
+    munmap(mapped, size);
+    std::sort(out.begin(), out.end(), [](const Symbol& a, const Symbol& b) { return a.value < b.value; });
+    return out;
+}
+
+std::optional<uint64_t> symbol_value(const std::vector<Symbol>& symbols, const std::string& name) {
+    for (const Symbol& s : symbols)
+        if (s.name == name && s.value) return s.value;
+    return std::nullopt;
+}
+
+// The exported function whose code holds `vaddr`, or null.
+const Symbol* function_at(const std::vector<Symbol>& symbols, uint64_t vaddr) {
+    auto it = std::upper_bound(symbols.begin(), symbols.end(), vaddr,
+                               [](uint64_t v, const Symbol& s) { return v < s.value; });
+    while (it != symbols.begin()) {
+        --it;
+        if (vaddr < it->value + std::max<uint64_t>(it->size, 1)) return &*it;
+        if (it->size) break;
+    }
+    return nullptr;
+}
+
+// libc functions that hold none of libc's locks while they block, and the
+// entry functions at the bottom of every stack. A thread stopped in one of
+// them (entered from the program) may run dlopen and the recorder's start.
+const std::set<std::string> kSafeLibcEntries = {
+    "read", "__read", "pread64", "readv", "write", "__write", "pwrite64", "writev", "recv", "recvfrom", "recvmsg",
+    "send", "sendto", "sendmsg", "accept", "accept4", "connect", "poll", "__poll", "ppoll", "select", "__select",
+    "pselect", "epoll_wait", "epoll_pwait", "epoll_pwait2", "nanosleep", "__nanosleep", "clock_nanosleep",
+    "sleep", "usleep", "pause", "sigsuspend", "sigwait", "sigwaitinfo", "sigtimedwait", "wait", "waitpid",
+    "__waitpid", "wait3", "wait4", "waitid", "pthread_join", "pthread_timedjoin_np", "pthread_clockjoin_np",
+    "__pthread_clockjoin_ex", "pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_clockwait",
+    "pthread_mutex_lock", "pthread_mutex_timedlock", "pthread_mutex_clocklock", "pthread_rwlock_rdlock",
+    "pthread_rwlock_wrlock", "pthread_rwlock_timedrdlock", "pthread_rwlock_timedwrlock", "sem_wait",
+    "sem_timedwait", "sem_clockwait", "pthread_barrier_wait", "msgrcv", "semop", "semtimedop", "flock",
+    "syscall", "__libc_start_main", "clone", "__clone", "clone3", "__clone3"};
+
+// System calls the kernel restarts unseen after PTRACE_INTERRUPT (they
+// return ERESTARTSYS, ERESTARTNOHAND or ERESTART_RESTARTBLOCK): read 0,
+// write 1, poll 7, pread64 17, readv 19, select 23, pause 34, nanosleep 35,
+// connect 42, accept 43, sendto 44, recvfrom 45, sendmsg 46, recvmsg 47,
+// wait4 61, rt_sigsuspend 130, futex 202, clock_nanosleep 230, waitid 247,
+// pselect6 270, ppoll 271, accept4 288.
+const std::set<long> kRestartedSyscalls = {0,  1,  7,  17,  19,  23,  34,  35,  42,  43,  44,
+                                           45, 46, 47, 61, 130, 202, 230, 247, 270, 271, 288};
+
+// 0: blocked in a system call restarted unseen; 1: running user code;
+// 2: anything else (epoll_wait, a page fault...).
+int thread_class(pid_t pid, pid_t tid) {
+    std::string text = read_text("/proc/" + pid_text(pid) + "/task/" + pid_text(tid) + "/syscall");
+    if (text.rfind("running", 0) == 0) return 1;
+    char* end = nullptr;
+    long nr = strtol(text.c_str(), &end, 10);
+    if (end == text.c_str()) return 2;
+    return kRestartedSyscalls.count(nr) ? 0 : 2;
+}
+
+std::vector<pid_t> threads_of(pid_t pid) {
+    std::vector<pid_t> tids;
+    DIR* dir = opendir(("/proc/" + pid_text(pid) + "/task").c_str());
+    if (!dir) return tids;
+    while (dirent* e = readdir(dir))
+        if (e->d_name[0] >= '0' && e->d_name[0] <= '9') tids.push_back(static_cast<pid_t>(atoi(e->d_name)));
+    closedir(dir);
+    std::sort(tids.begin(), tids.end());
+    return tids;
+}
+
+// ---- why ptrace is refused -------------------------------------------------------
+
+bool has_ptrace_capability() {
+    std::string status = read_text("/proc/self/status");
+    size_t at = status.find("CapEff:");
+    if (at == std::string::npos) return geteuid() == 0;
+    uint64_t caps = strtoull(status.c_str() + at + 7, nullptr, 16);
+    return caps & (uint64_t{1} << 19);  // CAP_SYS_PTRACE
+}
+
+[[noreturn]] void ptrace_refused(pid_t pid, int err) {
+    std::string who = "process " + pid_text(pid);
+    std::string scope = read_text("/proc/sys/kernel/yama/ptrace_scope");
+    int yama = scope.empty() ? 0 : atoi(scope.c_str());
+    bool capable = has_ptrace_capability();
+    std::string status = read_text("/proc/self/status");
+    size_t seccomp = status.find("Seccomp:");
+    int filtered = seccomp == std::string::npos ? 0 : atoi(status.c_str() + seccomp + 8);
+    std::string reason;
+    if (yama == 3)
+        reason = "kernel.yama.ptrace_scope is 3: no process may be traced until the next boot";
+    else if (yama == 2 && !capable)
+        reason = "kernel.yama.ptrace_scope is 2: only CAP_SYS_PTRACE may trace; run heapsnap attach as root";
+    else if (yama == 1 && !capable)
+        reason = "kernel.yama.ptrace_scope is 1: only a parent may trace its descendants; run heapsnap attach as "
+                 "root, or 'sysctl kernel.yama.ptrace_scope=0'";
+    else if (filtered == 2)
+        reason = "a seccomp filter on heapsnap forbids ptrace (Seccomp: 2 in /proc/self/status); run it outside "
+                 "the filter (a container: --security-opt seccomp=unconfined)";
+    else if (geteuid() == 0 && !capable)
+        reason = "heapsnap lacks CAP_SYS_PTRACE (a container without it: add it, docker run --cap-add SYS_PTRACE)";
+    else
+        reason = std::string("ptrace: ") + strerror(err) + " (is the process being traced by a debugger, or not "
+                 "dumpable?)";
+    throw AttachRefused(kExitPtraceForbidden, "cannot trace " + who + ": " + reason);
+}
+
+// ---- the stopped thread ------------------------------------------------------------
+
+// Everything the injected calls change, saved to be put back.
+struct Saved {
+    user_regs_struct regs{};
+    std::vector<uint8_t> xstate;
+    uint64_t sigmask = 0;
+};
+
+class Target {
+public:
+    Target(pid_t pid) : pid_(pid), maps_(read_maps(pid)) {
+        mem_ = open(("/proc/" + pid_text(pid) + "/mem").c_str(), O_RDWR | O_CLOEXEC);
+        if (mem_ < 0) throw Error("process " + pid_text(pid) + ": cannot open its memory: " + strerror(errno));
+        space_ = unw_create_addr_space(&_UPT_accessors, 0);
+        unw_set_caching_policy(space_, UNW_CACHE_GLOBAL);
+    }
+    ~Target() {
+        if (space_) unw_destroy_addr_space(space_);
+        if (mem_ >= 0) close(mem_);
+    }
+    Target(const Target&) = delete;
+    Target& operator=(const Target&) = delete;
+
+    pid_t pid() const { return pid_; }
+    std::vector<Mapping>& maps() { return maps_; }
+    void reread_maps() { maps_ = read_maps(pid_); }
+
+    // The file as the process sees it (its mount namespace).
+    std::string file(const std::string& path) const { return "/proc/" + pid_text(pid_) + "/root" + path; }
+
+    const std::vector<Symbol>& symbols(const std::string& path) {
+        auto it = symbols_.find(path);
+        if (it == symbols_.end()) it = symbols_.emplace(path, dynamic_functions(file(path))).first;
+        return it->second;
+    }
+
+    void write(uint64_t addr, const void* data, size_t n) {
+        if (pwrite(mem_, data, n, static_cast<off_t>(addr)) != static_cast<ssize_t>(n))
+            throw Error("process " + pid_text(pid_) + ": cannot write its stack: " + strerror(errno));
+    }
+    std::string read_string(uint64_t addr, size_t cap) {
+        std::string buf(cap, '\0');
+        ssize_t n = pread(mem_, buf.data(), cap, static_cast<off_t>(addr));
+        if (n <= 0) return "";
+        buf.resize(strnlen(buf.data(), static_cast<size_t>(n)));
+        return buf;
+    }
+
+    // Why the stopped thread `tid` may not run the recorder's start now,
+    // or "" if it may (the rules in inject.h).
+    std::string unsafe_reason(pid_t tid) {
+        void* upt = _UPT_create(tid);
+        if (!upt) return "its stack cannot be read";
+        unw_cursor_t cursor;
+        std::vector<uint64_t> ips;
+        bool complete = false;
+        if (unw_init_remote(&cursor, space_, upt) == 0) {
+            for (int n = 0; n < 512; ++n) {
+                unw_word_t ip = 0;
+                unw_get_reg(&cursor, UNW_REG_IP, &ip);
+                ips.push_back(ip);
+                int step = unw_step(&cursor);
+                if (step == 0) complete = true;
+                if (step <= 0) break;
+            }
+        }
+        _UPT_destroy(upt);
+        if (!complete) return "its stack cannot be unwound";
+        const Symbol* run_entry = nullptr;
+        bool in_run = false;
+        for (size_t i = 0; i < ips.size(); ++i) {
+            uint64_t at = i ? ips[i] - 1 : ips[i];  // a return address: the call is before it
+            const Mapping* m = mapping_at(maps_, at);
+            std::string path = m ? m->path : "";
+            if (is_libc(path)) {
+                auto base = base_of(maps_, path);
+                const Symbol* fn = base ? function_at(symbols(path), at - *base) : nullptr;
+                if (fn && !kSafeLibcEntries.count(fn->name)) return "it is in libc's " + fn->name;
+                run_entry = fn;  // the outermost so far: where the run was entered
+                in_run = true;
+                continue;
+            }
+            if (in_run && !run_entry) return "it is in an internal function of libc";
+            in_run = false;
+            run_entry = nullptr;
+            if (is_loader(path)) return "it is in the dynamic loader";
+            if (basename_of(path) == "libheapsnap_preload.so") return "it is in the recorder";
+            if (!path.empty() && path[0] == '/' && symbol_value(symbols(path), "malloc"))
+                return "it is in the allocator " + basename_of(path);
+        }
+        return "";
+    }
+
+private:
+    pid_t pid_;
+    std::vector<Mapping> maps_;
+    int mem_ = -1;
+    unw_addr_space_t space_ = nullptr;
+    std::map<std::string, std::vector<Symbol>> symbols_;
+};
+
+constexpr size_t kXstateBytes = 16384;
+
+// A seized, stopped thread; let go (its state put back) when destroyed.
+class Stopped {
+public:
+    Stopped(pid_t tid) : tid_(tid) {}
+    ~Stopped() { release(); }
+    Stopped(const Stopped&) = delete;
+    Stopped& operator=(const Stopped&) = delete;
+
+    void save() {
+        if (ptrace(PTRACE_GETREGS, tid_, nullptr, &saved_.regs) != 0) throw Error(std::string("PTRACE_GETREGS: ") + strerror(errno));
+        saved_.xstate.assign(kXstateBytes, 0);
+        iovec iov{saved_.xstate.data(), saved_.xstate.size()};
+        if (ptrace(PTRACE_GETREGSET, tid_, reinterpret_cast<void*>(NT_X86_XSTATE), &iov) == 0)
+            saved_.xstate.resize(iov.iov_len);
+        else
+            saved_.xstate.clear();
+        ptrace(PTRACE_GETSIGMASK, tid_, reinterpret_cast<void*>(sizeof saved_.sigmask), &saved_.sigmask);
+        uint64_t all = ~uint64_t{0};
+        ptrace(PTRACE_SETSIGMASK, tid_, reinterpret_cast<void*>(sizeof all), &all);
+        saved = true;
+    }
+    const user_regs_struct& regs() const { return saved_.regs; }
+
+    // Calls fn(a0, a1, a2) in the thread with its stack pointer at `sp`;
+    // returns rax.
+    uint64_t call(uint64_t fn, uint64_t a0, uint64_t a1, uint64_t a2, uint64_t sp, Target& target) {
+        user_regs_struct r = saved_.regs;
+        sp &= ~uint64_t{15};
+        sp -= 8;
+        uint64_t zero = 0;
+        target.write(sp, &zero, sizeof zero);
+        r.rip = fn;
+        r.rdi = a0;
+        r.rsi = a1;
+        r.rdx = a2;
+        r.rax = 0;
+        r.rsp = sp;
+        r.orig_rax = ~0ull;  // no system call to restart on these registers
+        if (ptrace(PTRACE_SETREGS, tid_, nullptr, &r) != 0) throw Error(std::string("PTRACE_SETREGS: ") + strerror(errno));
+        int signal = 0;
+        for (;;) {
+            if (ptrace(PTRACE_CONT, tid_, nullptr, reinterpret_cast<void*>(static_cast<long>(signal))) != 0)
+                throw Error(std::string("PTRACE_CONT: ") + strerror(errno));
+            int status = 0;
+            if (waitpid(tid_, &status, __WALL) < 0) throw Error(std::string("waitpid: ") + strerror(errno));
+            if (WIFEXITED(status) || WIFSIGNALED(status)) {
+                gone_ = true;
+                throw Error("process " + pid_text(target.pid()) + " ended during the injection");
+            }
+            signal = 0;
+            if (status >> 16) continue;  // a group stop or another event: go on
+            int sig = WSTOPSIG(status);
+            if (sig == SIGSEGV) {
+                user_regs_struct after;
+                ptrace(PTRACE_GETREGS, tid_, nullptr, &after);
+                if (after.rip == 0) return after.rax;
+                throw Error("process " + pid_text(target.pid()) + " faulted in the injected call");
+            }
+            signal = sig;  // not one of ours: delivered as it came
+        }
+    }
+
+    void release() {
+        if (released_ || gone_) return;
+        released_ = true;
+        if (saved) {
+            ptrace(PTRACE_SETREGS, tid_, nullptr, &saved_.regs);
+            if (!saved_.xstate.empty()) {
+                iovec iov{saved_.xstate.data(), saved_.xstate.size()};
+                ptrace(PTRACE_SETREGSET, tid_, reinterpret_cast<void*>(NT_X86_XSTATE), &iov);
+            }
+            ptrace(PTRACE_SETSIGMASK, tid_, reinterpret_cast<void*>(sizeof saved_.sigmask), &saved_.sigmask);
+        }
+        ptrace(PTRACE_DETACH, tid_, nullptr, reinterpret_cast<void*>(static_cast<long>(pending_signal)));
+    }
+
+    bool saved = false;
+    int pending_signal = 0;  // a signal-delivery stop met instead of ours: delivered at release
+
+private:
+    pid_t tid_;
+    Saved saved_;
+    bool released_ = false;
+    bool gone_ = false;
+};
+
+// Seizes and stops `tid`; false (nothing held) if it is gone meanwhile.
+// A stop of another kind than the interrupt's (a signal being delivered)
+// lets the thread go with that signal.
+bool stop_thread(pid_t pid, pid_t tid) {
+    if (ptrace(PTRACE_SEIZE, tid, nullptr, nullptr) != 0) {
+        if (errno == ESRCH) return false;
+        ptrace_refused(pid, errno);
+    }
+    if (ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr) != 0) {
+        ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
+        return false;
+    }
+    int status = 0;
+    if (waitpid(tid, &status, __WALL) < 0 || !WIFSTOPPED(status)) return false;
+    if ((status >> 16) != PTRACE_EVENT_STOP) {
+        ptrace(PTRACE_DETACH, tid, nullptr, reinterpret_cast<void*>(static_cast<long>(WSTOPSIG(status))));
+        return false;
+    }
+    return true;
+}
+
+bool process_stopped(pid_t pid) {
+    std::string stat = read_text("/proc/" + pid_text(pid) + "/stat");
+    size_t paren = stat.rfind(')');
+    return paren != std::string::npos && paren + 2 < stat.size() && (stat[paren + 2] == 'T' || stat[paren + 2] == 't');
+}
+
+}  // namespace
+
+void check_process(pid_t pid, const char* verb) {
+    std::optional<ProcessUids> uids = process_uids(pid);
+    if (!uids) throw AttachRefused(kExitNoProcess, "no process with PID " + pid_text(pid));
+    uid_t me = geteuid();
+    if (me != 0 && !(uids->real == me && uids->effective == me && uids->saved == me)) {
+        std::string ids = "uid " + std::to_string(uids->real);
+        if (uids->effective != uids->real) ids += ", effective uid " + std::to_string(uids->effective);
+        throw AttachRefused(kExitOtherUser, "process " + pid_text(pid) + " belongs to another user (" + ids +
+                                                "); only root and that user may " + verb + " it");
+    }
+}
+
+Injected inject_recorder(pid_t pid, const std::string& library,
+                         const std::vector<std::pair<std::string, std::string>>& settings) {
+    std::string who = "process " + pid_text(pid);
+    check_process(pid, "attach to");
+    std::optional<ProcessUids> uids = process_uids(pid);
+    try {
+        ControlAnswer answer = control_exchange(pid, *uids, "info\n", 5, "answer");
+        if (std::optional<InfoAnswer> info = parse_info_answer(answer.text))
+            throw AttachRefused(kExitAlreadyRecorded, who + " is already recorded into " + info->log);
+    } catch (const ControlError& e) {
+        if (e.kind == ControlError::Kind::Timeout)
+            throw Error(who + " has a heapsnap control socket but does not answer (is it stopped?)");
+    }
+    if (process_stopped(pid)) throw Error(who + " is stopped (SIGSTOP or a debugger); continue it first");
+
+    Target target(pid);
+    std::string libc, loader;
+    for (const Mapping& m : target.maps()) {
+        if (libc.empty() && is_libc(m.path)) libc = m.path;
+        if (loader.empty() && is_loader(m.path)) loader = m.path;
+    }
+    std::string exe = read_text("/proc/" + pid_text(pid) + "/cmdline");
+    exe = exe.c_str();
+    if (loader.empty())
+        throw AttachRefused(kExitStatic, who + " (" + exe + ") is statically linked: the recorder can only be "
+                                         "loaded into a dynamically linked program (run it under heapsnap run? "
+                                         "that needs a dynamic one too)");
+    if (libc.empty()) throw AttachRefused(kExitStatic, who + " (" + exe + ") does not use glibc: the recorder needs it");
+    std::optional<uint64_t> libc_base = base_of(target.maps(), libc);
+    std::optional<uint64_t> dlopen_at = symbol_value(target.symbols(libc), "dlopen");
+    std::optional<uint64_t> dlerror_at = symbol_value(target.symbols(libc), "dlerror");
+    if (!libc_base || !dlopen_at || !dlerror_at)
+        throw Error(who + ": its libc (" + libc + ") has no dlopen (glibc 2.34 or later is needed)");
+    std::optional<uint64_t> attach_at = symbol_value(dynamic_functions(library), "heapsnap_attach_v1");
+    if (!attach_at) throw Error(library + ": not a heapsnap recorder (no heapsnap_attach_v1)");
+
+    // What goes on the stack: the library's path, the settings, the reply.
+    std::string blob = library;
+    blob.push_back('\0');
+    size_t settings_at = blob.size();
+    for (const auto& [name, value] : settings) {
+        if (value.empty()) continue;
+        blob += name + "=" + value;
+        blob.push_back('\0');
+    }
+    blob.push_back('\0');
+    constexpr size_t kReplyBytes = 4200;
+    size_t reply_at = blob.size();
+    blob.append(kReplyBytes, '\0');
+
+    // Candidates: restarted system calls first, then running threads, then
+    // the rest; rounds until one is safe.
+    std::string last_reason;
+    unsigned tried = 0;
+    double give_up = now_ms() + 5000;
+    while (now_ms() < give_up) {
+        std::vector<std::pair<int, pid_t>> tids;
+        for (pid_t tid : threads_of(pid)) tids.emplace_back(thread_class(pid, tid), tid);
+        if (tids.empty()) throw AttachRefused(kExitNoProcess, "no process with PID " + pid_text(pid));
+        std::stable_sort(tids.begin(), tids.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+        for (auto [kind, tid] : tids) {
+            double stop_start = now_ms();
+            if (!stop_thread(pid, tid)) continue;
+            Stopped thread(tid);
+            std::string reason = target.unsafe_reason(tid);
+            if (!reason.empty()) {
+                last_reason = "thread " + pid_text(tid) + ": " + reason;
+                ++tried;
+                continue;  // let go at once
+            }
+            thread.save();
+            uint64_t top = (thread.regs().rsp - 128 - 64) & ~uint64_t{15};
+            uint64_t data = (top - blob.size()) & ~uint64_t{15};
+            target.write(data, blob.data(), blob.size());
+            uint64_t call_sp = data - 64;
+            uint64_t handle = thread.call(*libc_base + *dlopen_at, data, RTLD_NOW, 0, call_sp, target);
+            if (!handle) {
+                uint64_t text = thread.call(*libc_base + *dlerror_at, 0, 0, 0, call_sp, target);
+                std::string why = text ? target.read_string(text, 1024) : "";
+                throw Error(who + ": dlopen of the recorder failed" + (why.empty() ? "" : ": " + why));
+            }
+            target.reread_maps();
+            std::optional<uint64_t> recorder_base = base_of(target.maps(), library);
+            if (!recorder_base) throw Error(who + ": the recorder is not mapped after its dlopen");
+            uint64_t result = thread.call(*recorder_base + *attach_at, data + settings_at, data + reply_at,
+                                          kReplyBytes, call_sp, target);
+            std::string reply = target.read_string(data + reply_at, kReplyBytes);
+            thread.release();
+            double stopped = now_ms() - stop_start;
+            switch (static_cast<int>(result)) {
+                case 0: return Injected{reply, stopped, tid, tried};
+                case 1: throw AttachRefused(kExitAlreadyRecorded, who + " is already recorded into " + reply);
+                case 2:
+                    throw Error(who + " has the recorder preloaded, but it records no more (its recording ended or "
+                                      "failed); it cannot be attached");
+                default: throw Error(who + ": recording could not start: " + reply);
+            }
+        }
+        timespec pause{0, 2000000};
+        nanosleep(&pause, nullptr);
+    }
+    throw Error(who + ": no thread could be stopped outside the allocator and the dynamic loader within 5 s (last: " +
+                last_reason + ")");
+}
+
+}  // namespace heapsnap::cli

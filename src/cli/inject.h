@@ -1,0 +1,77 @@
+// Loading the recorder into a running process with ptrace, without gdb
+// (`heapsnap attach`; docs/design/attach.md has the reasons).
+//
+// 1. Checks, each its own exit status (AttachRefused): the process exists,
+//    is the caller's (root: any), is dynamically linked (ld.so mapped),
+//    and is not recorded already (its control socket answers `info`).
+// 2. A safe thread. One thread at a time is seized (PTRACE_SEIZE) and
+//    stopped (PTRACE_INTERRUPT); the others run on. Threads blocked in a
+//    system call the kernel restarts unseen (futex, read, poll, nanosleep,
+//    wait4...) are tried first, then threads running user code, then the
+//    rest (epoll_wait, which returns EINTR when interrupted: a program
+//    must take that after any SIGSTOP anyway). A stopped thread's stack
+//    is unwound with libunwind-ptrace (DWARF, the target's own .eh_frame):
+//    it is safe when no frame is in ld.so, in an allocator other than
+//    libc's (a module defining malloc), or in the recorder, and each run
+//    of libc frames was entered through a function that holds no lock of
+//    libc's (kSafeLibcEntries: the blocking calls and thread entry).
+//    Internal libc functions (not in .dynsym) are accepted inside such a
+//    run only. An unsafe thread is let go at once, and the next tried;
+//    rounds repeat for up to 5 s (a thread allocating in a loop is outside
+//    malloc part of the time).
+// 3. The call. With the thread's registers, its extended (AVX) state and
+//    its signal mask saved, every signal blocked, the recorder's path, the
+//    settings and a reply buffer go onto its stack below the red zone;
+//    dlopen(path, RTLD_NOW) (libc's .dynsym, at libc's base in
+//    /proc/PID/maps) is called with return address 0, so its return
+//    faults with SIGSEGV at address 0, which ends the call; orig_rax = -1
+//    keeps the kernel from restarting the interrupted system call on the
+//    call's registers. heapsnap_attach_v1(settings, reply, size) follows
+//    the same way (src/recorder/attach.cpp). Then the saved state goes
+//    back (the kernel restarts the system call as it would have) and the
+//    thread is let go: the stop lasted from PTRACE_INTERRUPT to
+//    PTRACE_DETACH, the time printed.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "util/error.h"
+
+namespace heapsnap::cli {
+
+// Exit statuses of attach and detach (man/heapsnap-attach.1).
+inline constexpr int kExitNoProcess = 4;
+inline constexpr int kExitOtherUser = 5;
+inline constexpr int kExitStatic = 6;
+inline constexpr int kExitPtraceForbidden = 7;
+inline constexpr int kExitAlreadyRecorded = 8;
+inline constexpr int kExitNotRecorded = 9;
+
+// A refusal with its own exit status (main.cpp prints it as an error).
+class AttachRefused : public Error {
+public:
+    AttachRefused(int status, const std::string& message) : Error(message), status(status) {}
+    int status;
+};
+
+struct Injected {
+    std::string log;            // the log the recorder writes
+    double stopped_ms = 0;      // how long the chosen thread was stopped
+    pid_t thread = 0;           // which
+    unsigned threads_tried = 0; // threads stopped and let go as unsafe before it
+};
+
+// The checks of step 1 that attach and detach share: the process exists
+// and the caller may trace it. Throws AttachRefused.
+void check_process(pid_t pid, const char* verb);
+
+// Steps 1-3. `settings`: the HEAPSNAP_* variables (recorder_settings.h).
+// Throws AttachRefused or Error.
+Injected inject_recorder(pid_t pid, const std::string& library,
+                         const std::vector<std::pair<std::string, std::string>>& settings);
+
+}  // namespace heapsnap::cli

@@ -1,0 +1,199 @@
+"""heapsnap attach and detach (issue 45; docs/design/attach.md): a program
+started without heapsnap is recorded from the moment of attach, exactly as
+under `heapsnap run`, and detach ends the log while the program runs on
+unchanged. Every refusal has its line and its exit status.
+
+tests/programs/attach_target.c is the program; its sites are exact.
+"""
+
+import os
+import pwd
+import re
+import subprocess
+
+from harness import HEAPSNAP, PROGRAMS_DIR, TIMEOUT, HeapsnapTest, main, program
+
+ATTACHED = re.compile(r"^heapsnap: attached in \d+\.\d ms$")
+
+
+class Bare:
+    """tests/programs/attach_target started without heapsnap."""
+
+    def __init__(self, test, argv=None):
+        self.test = test
+        self.proc = subprocess.Popen(argv or [program("attach_target")], cwd=test.tmp, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+        test.addCleanup(self.kill)
+        ready = self.proc.stdout.readline().strip()
+        m = re.match(r"ready pid=(\d+)$", ready)
+        test.assertTrue(m, "the program said %r" % ready)
+        self.pid = int(m.group(1))
+        self.said = [ready]
+
+    def send(self, command, answer):
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline().rstrip("\n")
+        self.said.append(line)
+        self.test.assertEqual(line, answer, "answer to %r" % command)
+
+    def finish(self):
+        out, err = self.proc.communicate("quit\n", timeout=TIMEOUT)
+        self.said += out.splitlines()
+        return self.proc.returncode, err
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+
+class AttachTest(HeapsnapTest):
+    def attach(self, pid, *options):
+        """`heapsnap attach PID`: its two lines; returns the log."""
+        result = self.heapsnap("attach", str(pid), *options)
+        lines = result.stderr.splitlines()
+        self.assertEqual(len(lines), 2, result.stderr)
+        m = re.match(r"^heapsnap: log: (/.*)$", lines[0])
+        self.assertTrue(m, result.stderr)
+        self.assertRegex(lines[1], ATTACHED)
+        self.assertEqual(result.stdout, "")
+        return m.group(1)
+
+    def detach(self, pid, log):
+        result = self.heapsnap("detach", str(pid))
+        self.assertEqual(result.stderr, "heapsnap: log: %s\n" % log)
+        self.assertEqual(result.stdout, "")
+
+    def labels(self, log):
+        data = self.markers(log)
+        return [(m["label"], m["cause"]) for m in data["markers"]], data
+
+    def test_growth_after_attach(self):
+        bare = Bare(self)
+        log = self.attach(bare.pid, "-o", self.path("t.%p.hslog"))
+        self.assertEqual(log, self.path("t.%d.hslog" % bare.pid))
+        self.assertIn(bare.pid, [row["pid"] for row in self.json_of("ps", "--format", "json")])
+        a = self.snapshot(str(bare.pid), "--label", "A", "-o", self.path("a.hsnap"))
+        bare.send("grow", "grown")
+        b = self.snapshot(str(bare.pid), "--label", "B", "-o", self.path("b.hsnap"))
+        diff = self.diff(a, b)
+        self.assert_site(diff, "attach_grow", "attach_target.c", "attach_grow", 13500, 9, old_bytes=0)
+        self.assert_site(diff, "attach_calloc", "attach_target.c", "attach_calloc", 3000, 3, old_bytes=0)
+        self.assertEqual((diff["total"]["bytes_delta"], diff["total"]["blocks_delta"]), (16500, 12))
+        self.assert_no_recorder_frames(diff)
+        self.detach(bare.pid, log)
+        self.assertNotIn(bare.pid, [row["pid"] for row in self.json_of("ps", "--format", "json")])
+        labels, data = self.labels(log)
+        self.assertEqual(labels, [("A", "request"), ("B", "request"), ("detach", "exit")])
+        self.assertTrue(data["complete"])
+        # The default moment of a log is its exit-like marker: detach.
+        report = self.json_of("report", log, "--format", "json")
+        self.assertEqual((report["totals"]["live_bytes"], report["totals"]["live_blocks"]), (16500, 12))
+        # Nothing more is recorded; the program goes on as before.
+        bare.send("grow", "grown")
+        status, err = bare.finish()
+        self.assertEqual((status, err), (3, ""))
+        self.assertEqual(bare.said, ["ready pid=%d" % bare.pid, "grown", "grown", "bye"])
+        self.assertEqual(self.labels(log)[0], labels)
+
+    def test_attach_while_eight_threads_allocate(self):
+        bare = Bare(self)
+        bare.send("threads 8", "started 8")
+        log = self.attach(bare.pid, "-o", self.path("busy.hslog"))
+        s = self.snapshot(str(bare.pid), "--label", "busy", "-o", self.path("busy.hsnap"))
+        self.assertTrue(os.path.isfile(s))
+        bare.send("stop", "stopped 1")
+        self.detach(bare.pid, log)
+        labels, data = self.labels(log)
+        self.assertEqual(labels, [("busy", "request"), ("detach", "exit")])
+        self.assertTrue(data["complete"])
+        # Every thread's churn was recorded: its site holds at most the
+        # eight blocks per thread it keeps.
+        report = self.json_of("report", log + "@busy", "--format", "json")
+        self.assertGreater(data["markers"][0]["events"], 0)
+        self.assertEqual(bare.finish(), (3, ""))
+        self.assertEqual(bare.said[-2:], ["stopped 1", "bye"])
+        self.assertIsNotNone(report)
+
+    def test_hundred_attach_detach_cycles(self):
+        bare = Bare(self)
+        logs = []
+        for i in range(100):
+            logs.append(self.attach(bare.pid, "-o", self.path("cycle.hslog")))
+            self.detach(bare.pid, logs[-1])
+        self.assertEqual(len(set(logs)), 100)
+        self.assertEqual(logs[0], self.path("cycle.hslog"))
+        self.assertEqual(logs[1], self.path("cycle-1.hslog"))
+        for log in (logs[0], logs[50], logs[99]):
+            labels, data = self.labels(log)
+            self.assertEqual(labels, [("detach", "exit")])
+            self.assertTrue(data["complete"])
+        # The process is as it was: one thread, no descriptor of heapsnap's.
+        self.assertEqual(os.listdir("/proc/%d/task" % bare.pid), [str(bare.pid)])
+        fds = {os.readlink("/proc/%d/fd/%s" % (bare.pid, fd)) for fd in os.listdir("/proc/%d/fd" % bare.pid)}
+        self.assertFalse([fd for fd in fds if "hslog" in fd or "socket" in fd], fds)
+        bare.send("grow", "grown")
+        self.assertEqual(bare.finish(), (3, ""))
+        self.assertEqual(bare.said, ["ready pid=%d" % bare.pid, "grown", "bye"])
+
+    # ---- refusals ------------------------------------------------------------
+
+    def test_no_such_process(self):
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        self.assert_error(["attach", str(gone.pid)], "no process with PID %d" % gone.pid, status=4)
+        self.assert_error(["detach", str(gone.pid)], "no process with PID %d" % gone.pid, status=4)
+
+    def test_another_users_process(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root to run heapsnap as another user")
+        bare = Bare(self)
+        nobody = pwd.getpwnam("nobody")
+        result = self.run_cmd(["setpriv", "--reuid=%d" % nobody.pw_uid, "--regid=%d" % nobody.pw_gid,
+                               "--clear-groups", HEAPSNAP, "attach", str(bare.pid)])
+        self.assertEqual(result.returncode, 5, result.stderr)
+        self.assertEqual(result.stderr, "heapsnap: error: process %d belongs to another user (uid 0); only root "
+                                        "and that user may attach to it\n" % bare.pid)
+
+    def test_statically_linked(self):
+        static = os.path.join(PROGRAMS_DIR, "static_idle")
+        if not os.path.exists(static):
+            self.skipTest("the toolchain cannot link -static (no libc.a)")
+        bare = Bare(self, [static])
+        self.assert_error(["attach", str(bare.pid)], "process %d (%s) is statically linked" % (bare.pid, static),
+                          status=6)
+
+    def test_already_recorded(self):
+        proc = subprocess.Popen([HEAPSNAP, "run", "-o", self.path("run.hslog"), "--", program("attach_target")],
+                                cwd=self.tmp, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        self.addCleanup(proc.kill)
+        pid = int(proc.stdout.readline().split("=")[1])
+        self.assert_error(["attach", str(pid)], "process %d is already recorded into %s" % (pid, self.path("run.hslog")),
+                          status=8)
+        self.assert_error(["detach", str(pid)], "process %d: the recorder was not attached" % pid)
+        proc.communicate("quit\n", timeout=TIMEOUT)
+        self.assertEqual(proc.returncode, 3)
+
+    def test_attached_twice(self):
+        bare = Bare(self)
+        log = self.attach(bare.pid, "-o", self.path("twice.hslog"))
+        self.assert_error(["attach", str(bare.pid)], "process %d is already recorded into %s" % (bare.pid, log),
+                          status=8)
+        self.detach(bare.pid, log)
+        self.assert_error(["detach", str(bare.pid)], "process %d is not recorded by heapsnap" % bare.pid, status=9)
+        self.assertEqual(bare.finish(), (3, ""))
+
+    def test_ptrace_forbidden_by_seccomp(self):
+        bare = Bare(self)
+        result = self.run_cmd([program("no_ptrace"), HEAPSNAP, "attach", str(bare.pid)])
+        self.assertEqual(result.returncode, 7, result.stderr)
+        self.assertEqual(result.stderr, "heapsnap: error: cannot trace process %d: a seccomp filter on heapsnap "
+                                        "forbids ptrace (Seccomp: 2 in /proc/self/status); run it outside the filter "
+                                        "(a container: --security-opt seccomp=unconfined)\n" % bare.pid)
+        self.assertEqual(bare.finish(), (3, ""))
+
+
+if __name__ == "__main__":
+    main()
