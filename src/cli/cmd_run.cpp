@@ -10,24 +10,41 @@
 // alone, as heaptrack does and valgrind without --trace-children: the
 // recorder takes itself out of the environment the program passes on, and
 // a fork child stops recording (src/recorder/preload.cpp).
+//
+// While it waits, a thread of the launcher keeps the logs' checkpoints
+// current (replay/keeper.h), so that `heapsnap snapshot PID` of a program
+// that has run for days reads seconds of events, not days. It starts
+// after kKeepAfter, so a short program is not slowed by it, runs at nice
+// 10, and stays away from logs it could not have written itself (another
+// user's, after a privilege drop) and from HEAPSNAP_NO_CHECKPOINT.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/recorder_settings.h"
 #include "format/hslog.h"
+#include "replay/keeper.h"
 #include "util/error.h"
+#include "util/read_budget.h"
 
 namespace heapsnap::cli {
 namespace {
@@ -64,6 +81,69 @@ bool is_set_id(const std::string& program) {
 }
 
 pid_t g_child = -1;
+
+constexpr auto kKeepAfter = std::chrono::seconds(5);
+constexpr auto kKeepEvery = std::chrono::seconds(1);
+
+// The checkpoint keeper's thread: until stop(), every kKeepEvery (from
+// kKeepAfter on), refreshes a keeper per log listed in `paths_file`.
+class Keepers {
+public:
+    explicit Keepers(std::string paths_file) : paths_file_(std::move(paths_file)) {
+        const char* off = std::getenv("HEAPSNAP_NO_CHECKPOINT");
+        if (off && *off && std::string(off) != "0") return;
+        thread_ = std::thread([this] { loop(); });
+    }
+    ~Keepers() { stop(); }
+
+    void stop() {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            stopping_ = true;
+        }
+        wake_.notify_all();
+        if (thread_.joinable()) thread_.join();
+    }
+
+private:
+    void loop() {
+        setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+        budget_lift();
+        auto next = std::chrono::steady_clock::now() + kKeepAfter;
+        std::unique_lock<std::mutex> lock(mutex_);
+        while (!wake_.wait_until(lock, next, [this] { return stopping_; })) {
+            lock.unlock();
+            round();
+            lock.lock();
+            next = std::chrono::steady_clock::now() + kKeepEvery;
+        }
+    }
+
+    void round() {
+        std::ifstream paths(paths_file_);
+        for (std::string line; std::getline(paths, line);) {
+            if (line.empty() || keepers_.count(line)) continue;
+            struct stat st;
+            bool ours = stat(line.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid();
+            keepers_.emplace(line, ours ? std::make_unique<CheckpointKeeper>(line) : nullptr);
+        }
+        for (auto& [path, keeper] : keepers_) {
+            if (!keeper) continue;
+            try {
+                if (!keeper->refresh()) keeper.reset();
+            } catch (const Error&) {
+                keeper.reset();  // unreadable or gone: snapshots read it on their own
+            }
+        }
+    }
+
+    std::string paths_file_;
+    std::map<std::string, std::unique_ptr<CheckpointKeeper>> keepers_;  // null: not kept
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    bool stopping_ = false;
+    std::thread thread_;
+};
 
 void forward_signal(int sig) {
     if (g_child > 0) kill(g_child, sig);
@@ -121,7 +201,10 @@ int run(const RunOptions& o) {
     signal(SIGTERM, forward_signal);
     signal(SIGHUP, forward_signal);
     int status = 0;
-    while (waitpid(g_child, &status, 0) < 0 && errno == EINTR) {
+    {
+        Keepers keepers(paths_file);
+        while (waitpid(g_child, &status, 0) < 0 && errno == EINTR) {
+        }
     }
     std::ifstream paths(paths_file);
     int logs = 0;

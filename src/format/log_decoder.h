@@ -255,6 +255,7 @@ ReadSummary read_log_as(const LogFile& log, Visitor& visitor, const StreamPositi
     RecordDecoder<Visitor> decoder(path, visitor, summary);
     if (from) decoder.resume(*from);
     LogFrames::Frame frame;
+    uint64_t last_end = 0;  // of the last frame decoded whole
     try {
         while (frames.next(frame, decoder.events())) {
             if (!decoder.decode(frame.records, frame.offset)) {
@@ -263,6 +264,7 @@ ReadSummary read_log_as(const LogFile& log, Visitor& visitor, const StreamPositi
                 summary.resume = decoder.position(frame.end);
                 break;
             }
+            last_end = frame.end;
         }
     } catch (const BudgetExceeded& e) {
         throw Error(path + ": reading it " + e.what());
@@ -270,6 +272,10 @@ ReadSummary read_log_as(const LogFile& log, Visitor& visitor, const StreamPositi
     if (!decoder.has_process()) throw Error(path + ": truncated heapsnap log: no complete frame");
     summary.records = decoder.records();
     summary.events = decoder.events();
+    if (!summary.stopped && last_end) {
+        summary.end_resumable = true;
+        summary.end = decoder.position(last_end);
+    }
     return summary;
 }
 

@@ -297,6 +297,11 @@ struct ReadSummary {
     // after it, from which a later read can resume (a checkpoint).
     bool resumable = false;
     StreamPosition resume;
+    // When the read went through every complete frame (nothing stopped
+    // it) and decoded at least one: the position after the last, from
+    // which a read of the same log grown since can go on.
+    bool end_resumable = false;
+    StreamPosition end;
 };
 
 // Stack ids bound what a reader allocates per stack (replay keeps a table

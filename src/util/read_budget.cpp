@@ -19,6 +19,7 @@ struct Budget {
     uint64_t memory = 0;
     uint64_t volume = 0;
     std::set<std::pair<dev_t, ino_t>> inputs;
+    bool lifted = false;
 };
 
 Budget g_budget;
@@ -39,6 +40,7 @@ std::optional<uint64_t> set_limit(const char* variable) {
 // HEAPSNAP_READ_MEMORY / HEAPSNAP_READ_VOLUME where set, else the base or
 // the share of the input, whichever is more.
 uint64_t allowance(const char* variable, uint64_t base, uint64_t per_input_byte) {
+    if (g_budget.lifted) return UINT64_MAX;
     if (std::optional<uint64_t> set = set_limit(variable)) return *set;
     uint64_t scaled = g_budget.input > UINT64_MAX / per_input_byte ? UINT64_MAX : g_budget.input * per_input_byte;
     return std::max(base, scaled);
@@ -75,6 +77,8 @@ void budget_take_memory(uint64_t bytes, const char* what) {
 }
 
 void budget_give_back_memory(uint64_t bytes) { g_budget.memory -= std::min(bytes, g_budget.memory); }
+
+void budget_lift() { g_budget.lifted = true; }
 
 void budget_reset() { g_budget = Budget{}; }
 

@@ -59,6 +59,10 @@ void budget_take_volume(uint64_t bytes);
 // `bytes` more held, for `what` ("live blocks"); throws BudgetExceeded.
 void budget_take_memory(uint64_t bytes, const char* what);
 void budget_give_back_memory(uint64_t bytes);
+// No limit from now on, for reads of files the process itself vouches
+// for (the launcher's checkpoint keeper, replay/keeper.h, reading the log
+// of the program it started); charges are still counted.
+void budget_lift();
 // Forgets every input and charge, for programs that read input after
 // input in one process (the fuzz targets).
 void budget_reset();
