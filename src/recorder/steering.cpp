@@ -267,6 +267,8 @@ void steering_tick(uint64_t now, uint64_t live_bytes, bool marker_seen) {
 
 uint64_t steering_deadline() { return g_resume_at_ns; }
 
+bool steering_ticking() { return g_rule_count || g_resume_at_ns; }
+
 SteerVerb steer_verb(const char* line) {
     if (strcmp(line, "pause") == 0) return SteerVerb::Pause;
     if (strcmp(line, "resume") == 0) return SteerVerb::Resume;

@@ -75,6 +75,9 @@ void steering_tick(uint64_t now_ns, uint64_t live_bytes, bool marker_seen);
 // in CLOCK_MONOTONIC ns; 0: none.
 uint64_t steering_deadline();
 
+// Whether steering_tick has anything to do: rules, or a timer pending.
+bool steering_ticking();
+
 // The control channel's pause and resume requests (formats/control.md).
 enum class SteerVerb { None, Pause, Resume };
 SteerVerb steer_verb(const char* line);

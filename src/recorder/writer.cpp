@@ -677,7 +677,7 @@ void* writer_main(void*) {
             }
             timeout_ns = std::min(timeout_ns, next_interval - std::min(next_interval, now_ns()));
         }
-        take_own_marker([&] { steering_tick(now_ns(), live_bytes, marker_seen); });
+        if (steering_ticking()) take_own_marker([&] { steering_tick(now_ns(), live_bytes, marker_seen); });
         if (uint64_t at = steering_deadline()) timeout_ns = std::min(timeout_ns, at - std::min(at, now_ns()));
         bool compressing = false;
         {

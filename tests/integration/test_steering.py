@@ -206,6 +206,21 @@ class SteeringTest(HeapsnapTest):
         self.assertIn(PAUSED, text)
         self.assertEqual(self.exit_live(log), self.unpaused_run())
 
+    def test_fork_child_starts_paused(self):
+        # forker.c: the parent keeps 2050 bytes in 3 blocks, its child 9999
+        # in 3. Both logs begin with their pause marker, and everything in
+        # them is at the paused site, exactly.
+        logs = self.record("forker", options=("--paused", "-o", "f.%p.hslog"))
+        self.assertEqual(len(logs), 2, logs)
+        live = []
+        for log in logs:
+            self.assertEqual(self.labels(log), [("pause", "pause"), ("exit", "exit")])
+            self.assertEqual(self.marker(log, "pause")["events"], 0)
+            site = self.paused_site(self.report(log))
+            self.assertEqual((site["bytes"], site["blocks"]), self.exit_live(log))
+            live.append(self.exit_live(log))
+        self.assertEqual(sorted(live), [(2050, 3), (9999, 3)])
+
     def test_refusals(self):
         dead = subprocess.Popen(["true"])
         dead.wait()
