@@ -278,6 +278,7 @@ MarkerRecord without_regions(const MarkerRecord& m) {
     c.cause = m.cause;
     c.label = m.label;
     c.events = m.events;
+    c.unrecorded = m.unrecorded;
     c.rss_kb = m.rss_kb;
     c.threads = m.threads;
     c.recorder_bytes = m.recorder_bytes;

@@ -310,10 +310,11 @@ TEST_CASE("log reader: unrecorded events in version 8, none before") {
     struct Unrecorded : LogVisitor {
         std::vector<uint64_t> markers;
         uint64_t end = UINT64_MAX;
-        void on_marker(const MarkerRecord& m) override { markers.push_back(m.unrecorded); }
+        // A listing keeps markers without their regions: the count too.
+        void on_marker(const MarkerRecord& m) override { markers.push_back(without_regions(m).unrecorded); }
         void on_end(const EndRecord& e) override { end = e.unrecorded; }
     };
-    for (uint32_t version : {6u, 7u, 8u}) {
+    for (uint32_t version : {6u, 7u, 8u, 9u}) {
         CAPTURE(version);
         LogBuilder b;
         b.header(version);
