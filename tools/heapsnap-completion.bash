@@ -8,7 +8,9 @@
 # --help` (CLI11's listing) once per shell and binary, so the completion
 # follows the heapsnap it completes instead of a copy of its option list
 # that would drift. What the help cannot say is known here:
-#   run       options, then after `--` a command and that command's files
+#   run       options, then after `--` a command and that command's files;
+#             --snapshot-when: the kinds of rule, quoted ('rss> ...), since
+#             > is the shell's
 #   snapshot  a PID of the user's processes or a log; --at: the markers of
 #             that log; -o: files
 #   diff      .hsnap and .hslog files, LOG@MARKER with the markers of LOG
@@ -17,7 +19,7 @@
 #   markers, dump   .hslog files
 #   maps      a PID, a .hsnap, or LOG@MARKER
 #   ps        options only
-#   attach, detach   a PID of the user's processes
+#   attach, detach, pause, resume   a PID of the user's processes
 # Needs nothing but bash (not the bash-completion package).
 
 # Prints "NAME TAKES_VALUE CHOICES" per option of `heapsnap $1` ($1 empty:
@@ -170,6 +172,9 @@ _heapsnap() {
             mapfile -t reply < <(_heapsnap_markers_of "$bin" "$first_arg" | awk -v c="$cur" 'index($0, c) == 1')
         elif [[ $prev == -o || $prev == --output ]]; then
             mapfile -t reply < <(compgen -f -- "$cur")
+        elif [[ $prev == --snapshot-when ]]; then
+            mapfile -t reply < <(compgen -W "\'rss> \'live> \'growth>" -- "$cur")
+            compopt -o nospace 2>/dev/null
         fi
         COMPREPLY=("${reply[@]}")
         return
@@ -207,7 +212,7 @@ _heapsnap() {
         markers | dump)
             mapfile -t reply < <(_heapsnap_files "$cur" "" hslog)
             ;;
-        attach | detach)
+        attach | detach | pause | resume)
             mapfile -t reply < <(_heapsnap_pids "$cur")
             ;;
         ps) ;;

@@ -21,6 +21,7 @@
 #include "cli/inject.h"
 #include "cli/options.h"
 #include "cli/recorder_settings.h"
+#include "cli/recording_settings.h"
 #include "util/error.h"
 #include "util/text.h"
 
@@ -30,6 +31,7 @@ namespace {
 struct AttachOptions {
     pid_t pid = 0;
     RecorderSettings recorder;
+    SteeringSettings steering;
 };
 
 struct DetachOptions {
@@ -39,7 +41,10 @@ struct DetachOptions {
 
 int attach(const AttachOptions& o) {
     std::string library = find_preload_library();
-    Injected done = inject_recorder(o.pid, library, recorder_variables(o.recorder));
+    std::vector<std::pair<std::string, std::string>> settings = recorder_variables(o.recorder);
+    for (auto& variable : steering_environment(o.steering))
+        if (!variable.second.empty()) settings.push_back(std::move(variable));
+    Injected done = inject_recorder(o.pid, library, settings);
     std::cerr << "heapsnap: log: " << terminal_safe(done.log) << "\n";
     std::cerr << fmt::format("heapsnap: attached in {:.1f} ms\n", done.stopped_ms);
     return kExitOk;
@@ -75,8 +80,12 @@ void setup_attach(CLI::App& app, Action& action) {
     CLI::App* sub = app.add_subcommand("attach", "Start recording a running process (PID) started without heapsnap");
     sub->add_option("pid", o->pid, "The process to record")->required()->check(CLI::PositiveNumber);
     add_recorder_options(sub, o->recorder);
+    add_steering_options(*sub, o->steering);
     sub->footer("Example:\n  heapsnap attach 4242\n  heapsnap snapshot 4242 -o a.hsnap\n  heapsnap detach 4242");
-    sub->callback([o, &action] { action = [o] { return attach(*o); }; });
+    sub->callback([o, &action] {
+        check_steering(o->steering, o->recorder.sample_bytes);
+        action = [o] { return attach(*o); };
+    });
 
     auto d = std::make_shared<DetachOptions>();
     CLI::App* off = app.add_subcommand("detach", "Stop recording a process recorded since heapsnap attach");

@@ -103,7 +103,9 @@ public:
     void on_stack(uint32_t stack, std::span<const StackFrame> frames) override {
         std::string list;
         for (const StackFrame& f : frames) list += fmt::format("{}{}:{:#x}", list.empty() ? "" : ",", f.module, f.vaddr);
-        line(fmt::format("stack id={} frames={}", stack, list));
+        bool paused = frames.size() == 1 && hslog::is_paused_site_frame(frames[0].module, frames[0].vaddr);
+        line(fmt::format("stack id={} frames={}{}", stack, list,
+                         paused ? std::string(" site=") + quoted(hslog::kPausedSiteName) : ""));
     }
     void on_thread_start(const ThreadStartRecord& t) override {
         line(fmt::format("thread-start t={} thread={} tid={} stack={:#x}-{:#x}", secs(t.time_ns), t.thread, t.os_tid,

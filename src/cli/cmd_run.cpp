@@ -41,6 +41,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/recorder_settings.h"
+#include "cli/recording_settings.h"
 #include "format/hslog.h"
 #include "replay/keeper.h"
 #include "util/error.h"
@@ -53,6 +54,7 @@ struct RunOptions {
     RecorderSettings recorder;
     double interval = 0;
     bool no_follow = false;
+    SteeringSettings steering;
     std::vector<std::string> command;
 };
 
@@ -177,6 +179,12 @@ int run(const RunOptions& o) {
         setenv("HEAPSNAP_FOLLOW", "0", 1);
     else
         unsetenv("HEAPSNAP_FOLLOW");
+    for (const auto& [name, value] : steering_environment(o.steering)) {
+        if (value.empty())
+            unsetenv(name.c_str());
+        else
+            setenv(name.c_str(), value.c_str(), 1);
+    }
 
     std::vector<char*> argv;
     for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
@@ -232,9 +240,15 @@ void setup_run(CLI::App& app, Action& action) {
     sub->add_flag("--no-follow", o->no_follow,
                   "Record PROGRAM's own process only: not the children it forks, nor the programs it or they "
                   "exec (as heaptrack)");
+    add_steering_options(*sub, o->steering);
     sub->add_option("command", o->command, "PROGRAM [ARGS...], after --")->required();
-    sub->footer("Example:\n  heapsnap run -- ./server --port 8080\n  heapsnap run -o /tmp/app.%p.hslog --interval 5 -- ./app");
-    sub->callback([o, &action] { action = [o] { return run(*o); }; });
+    sub->footer(
+        "Example:\n  heapsnap run -- ./server --port 8080\n  heapsnap run -o /tmp/app.%p.hslog --interval 5 -- ./app\n"
+        "  heapsnap run --stacks-after 30s --snapshot-when 'rss>1G' -- ./server");
+    sub->callback([o, &action] {
+        check_steering(o->steering, o->recorder.sample_bytes);
+        action = [o] { return run(*o); };
+    });
 }
 
 namespace {

@@ -31,6 +31,8 @@ void setup_maps(CLI::App& app, Action& action);
 void setup_report(CLI::App& app, Action& action);
 void setup_ps(CLI::App& app, Action& action);
 void setup_attach(CLI::App& app, Action& action);
+// pause and resume
+void setup_pause(CLI::App& app, Action& action);
 
 // A JSON document as printed: indented by 2, and with bytes that are not
 // UTF-8 (a marker label, a path or an argument of the traced program may

@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
     setup_maps(app, action);
     setup_dump(app, action);
     setup_ps(app, action);
+    setup_pause(app, action);
     // CLI11 would say "A subcommand is required" for a mistyped command.
     auto known = [&](const char* name) {
         for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))

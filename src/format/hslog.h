@@ -65,6 +65,12 @@
 // - Version 8: Marker and End say how many events the recorder could not
 //   record up to then (formats/hslog.md, "Unrecorded events"): a varint
 //   after `events`. Readers take versions 6 to 8.
+// - Version 9: markers of cause pause, resume and threshold, and the
+//   paused site: while stack recording is paused (heapsnap pause, run
+//   --paused, --stacks-after) allocations are recorded exactly but not
+//   unwound, and name one stack whose only frame is (kNoModule, 0), which
+//   readers show as "(allocated while paused)". The encoding is version
+//   8's; readers take versions 6 to 9.
 //
 // This header is included by the recorder, so it uses no allocation and no
 // standard containers; only the encoders live here. Decoding is in
@@ -78,7 +84,7 @@
 namespace heapsnap::hslog {
 
 inline constexpr char kMagic[8] = {'H', 'E', 'A', 'P', 'S', 'N', 'A', 'P'};
-inline constexpr uint32_t kLogVersion = 8;
+inline constexpr uint32_t kLogVersion = 9;
 // The oldest version readers still take (version 7 only adds a value,
 // version 8 a field readers leave at 0 in older logs).
 inline constexpr uint32_t kOldestLogVersion = 6;
@@ -255,6 +261,9 @@ enum class MarkerCause : uint8_t {
     Interval = 1,  // --interval
     Request = 2,   // heapsnap snapshot PID
     Exit = 3,      // normal process exit
+    Pause = 4,     // stack recording paused (heapsnap pause PID, run --paused)
+    Resume = 5,    // stack recording resumed (heapsnap resume PID, run --stacks-after)
+    Threshold = 6, // a --snapshot-when rule was crossed; the label is the rule
 };
 
 enum class UnwindMode : uint8_t { Dwarf = 0, FramePointer = 1 };
@@ -381,6 +390,16 @@ inline void put_module_unload(codec::Writer& w, uint64_t dt, uint32_t module_id)
 // Module 0 stands for "no module": the frame's vaddr is then the absolute
 // address (JIT code, or a mapping that dl_iterate_phdr does not list).
 inline constexpr uint32_t kNoModule = 0;
+
+// The paused site (version 9): the stack of every allocation and mapping
+// recorded while stack recording was paused is the one whose only frame
+// is (kNoModule, kPausedSiteVaddr). No real frame is there: a return
+// address is never 0, and the unwinder stops at a null one.
+inline constexpr uint64_t kPausedSiteVaddr = 0;
+inline constexpr char kPausedSiteName[] = "(allocated while paused)";
+inline constexpr bool is_paused_site_frame(uint32_t module, uint64_t vaddr) {
+    return module == kNoModule && vaddr == kPausedSiteVaddr;
+}
 
 inline void put_stack_header(codec::Writer& w, uint32_t stack, uint32_t nframes) {
     w.u8(static_cast<uint8_t>(Tag::Stack));

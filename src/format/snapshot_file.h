@@ -28,8 +28,10 @@
 namespace heapsnap {
 
 // 2: Process has sample_bytes; 3: malloc stats optional; 4: another
-// allocator's statistics (hslog::MarkerStats::Allocator). Readers take 3 and 4.
-inline constexpr uint32_t kSnapshotVersion = 4;
+// allocator's statistics (hslog::MarkerStats::Allocator); 5: marker causes
+// pause, resume and threshold, and the paused site's stack (log version 9).
+// Readers take 3 to 5.
+inline constexpr uint32_t kSnapshotVersion = 5;
 inline constexpr uint32_t kOldestSnapshotVersion = 3;
 
 enum class EntryKind : uint8_t { Heap = 0, Mmap = 1 };

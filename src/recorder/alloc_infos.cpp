@@ -1,5 +1,7 @@
 #include "recorder/alloc_infos.h"
 
+#include <utility>
+
 #include "recorder/raw_alloc.h"
 
 namespace heapsnap::recorder {
@@ -48,6 +50,18 @@ struct WideLive {
     bool used() const { return address_ != 0; }
     uint64_t address() const { return address_; }
     uint32_t name() const { return name_; }
+};
+
+// The size of a live block of 64 KiB or more (addressed: no info says
+// its size), for the count of live bytes.
+struct SizedLive {
+    uint64_t address_;  // 0: empty
+    uint64_t size_;
+
+    static SizedLive of(uint64_t address, uint64_t size) { return {address, size}; }
+    bool used() const { return address_ != 0; }
+    uint64_t address() const { return address_; }
+    uint64_t name() const { return size_; }
 };
 
 // 16 bytes, four to a cache line: the lookup per allocation misses the
@@ -100,9 +114,11 @@ bool grow(Entry*& table, size_t& capacity, size_t initial, Used used, Home home)
     return true;
 }
 
-// Address -> name, in PackedLive or WideLive entries.
+// Address -> name, in PackedLive or WideLive entries (-> size in SizedLive ones).
 template <class Entry, size_t kInitial>
 struct LiveTable {
+    using Value = decltype(std::declval<const Entry&>().name());
+
     Entry* slots = nullptr;
     size_t capacity = 0;  // a power of two
     size_t size = 0;
@@ -142,17 +158,17 @@ struct LiveTable {
     }
 
     // Removes `address`, returning its name; 0 if it is not here.
-    uint32_t take(uint64_t address) {
+    Value take(uint64_t address) {
         if (!size) return 0;
         size_t i = find(address);
         if (!slots[i].used()) return 0;
-        uint32_t name = slots[i].name();
+        Value name = slots[i].name();
         erase_at(i);
         return name;
     }
 
     // Adds `address`, which is not here; needs make_room first.
-    void put(uint64_t address, uint32_t name) {
+    void put(uint64_t address, Value name) {
         slots[find(address)] = Entry::of(address, name);
         size++;
     }
@@ -170,11 +186,37 @@ constexpr size_t kInitialInfos = 2048;  // entries; 32 KiB
 struct alignas(64) Tables {
     LiveTable<PackedLive, 8192> packed;  // 64 KiB to start
     LiveTable<WideLive, 256> wide;       // 4 KiB, at the first block that needs it
+    LiveTable<SizedLive, 256> addressed;  // sizes of the live blocks of 64 KiB or more
     InfoEntry* infos = nullptr;
     size_t infos_capacity = 0;  // a power of two
     size_t infos_size = 0;      // also the highest info id given out
+    // The size of each info, by id (infos are blocks below 64 KiB).
+    uint16_t* info_sizes = nullptr;
+    size_t info_sizes_capacity = 0;
+    uint64_t live_bytes = 0;
 };
 Tables g_tables;
+
+// Room for the size of info `id`.
+bool info_size_room(size_t id) {
+    if (id < g_tables.info_sizes_capacity) return true;
+    size_t capacity = g_tables.info_sizes_capacity ? g_tables.info_sizes_capacity * 2 : kInitialInfos;
+    auto* fresh = static_cast<uint16_t*>(raw_map(capacity * sizeof(uint16_t)));
+    if (!fresh) return false;
+    if (g_tables.info_sizes)
+        __builtin_memcpy(fresh, g_tables.info_sizes, g_tables.info_sizes_capacity * sizeof(uint16_t));
+    raw_unmap(g_tables.info_sizes, g_tables.info_sizes_capacity * sizeof(uint16_t));
+    g_tables.info_sizes = fresh;
+    g_tables.info_sizes_capacity = capacity;
+    return true;
+}
+
+// The size of the live block named `name` at `address`, which leaves the
+// live set now.
+uint64_t forget_size(uint32_t name, uint64_t address) {
+    if (name == kAddressedBlock) return g_tables.addressed.take(address);
+    return g_tables.info_sizes[name];
+}
 
 bool grow_infos() {
     return grow(
@@ -218,7 +260,10 @@ InfoAlloc alloc_infos_alloc(uint64_t address, hslog::AllocFn fn, uint64_t size, 
         // triples end the recording rather than the log's consistency.
         if (g_tables.infos_size + 1 >= kAddressedBlock) return r;
         if ((g_tables.infos_size + 1) * 2 > g_tables.infos_capacity && !grow_infos()) return r;
+        if (!info_size_room(g_tables.infos_size + 1)) return r;
     }
+    // Room for this block's size (a replaced block's leaves room).
+    if (addressed && !g_tables.addressed.make_room()) return r;
     // A block still live at this address (its free was missed) is in
     // either table; the common case probes the packed one once.
     size_t i = packed.find(address);
@@ -228,6 +273,10 @@ InfoAlloc alloc_infos_alloc(uint64_t address, hslog::AllocFn fn, uint64_t size, 
     else
         r.replaced = g_tables.wide.take(address);
     r.info = addressed ? kAddressedBlock : info_of(fn, size, stack, &r.fresh);
+    if (r.fresh) g_tables.info_sizes[r.info] = static_cast<uint16_t>(size);
+    if (r.replaced) g_tables.live_bytes -= forget_size(r.replaced, address);
+    if (addressed) g_tables.addressed.put(address, size);
+    g_tables.live_bytes += size;
     if (PackedLive::fits(address, r.info)) {
         packed.slots[i] = PackedLive::of(address, r.info);
         if (!here) packed.size++;
@@ -244,16 +293,25 @@ uint32_t alloc_infos_free(uint64_t address) {
     auto& packed = g_tables.packed;
     if (!packed.capacity) return 0;
     size_t i = packed.find(address);
-    if (!packed.slots[i].used()) return g_tables.wide.take(address);
-    uint32_t name = packed.slots[i].name();
-    packed.erase_at(i);
+    uint32_t name = 0;
+    if (packed.slots[i].used()) {
+        name = packed.slots[i].name();
+        packed.erase_at(i);
+    } else {
+        name = g_tables.wide.take(address);
+    }
+    if (name) g_tables.live_bytes -= forget_size(name, address);
     return name;
 }
+
+uint64_t alloc_infos_live_bytes() { return g_tables.live_bytes; }
 
 void alloc_infos_reset() {
     g_tables.packed.release();
     g_tables.wide.release();
+    g_tables.addressed.release();
     raw_unmap(g_tables.infos, g_tables.infos_capacity * sizeof(InfoEntry));
+    raw_unmap(g_tables.info_sizes, g_tables.info_sizes_capacity * sizeof(uint16_t));
     g_tables = Tables{};
 }
 

@@ -53,6 +53,13 @@ InfoAlloc alloc_infos_alloc(uint64_t address, hslog::AllocFn fn, uint64_t size, 
 // or older than the log).
 uint32_t alloc_infos_free(uint64_t address);
 
+// The bytes of the live blocks: the sum of the sizes of the blocks
+// allocated and not freed, as the log says (a block replaced at its
+// address counts as freed). The writer's own count, for
+// --snapshot-when live> and growth> (steering.h); 2 bytes per info and
+// 16 per live block of 64 KiB or more keep it.
+uint64_t alloc_infos_live_bytes();
+
 // Starts loading the table lines an upcoming alloc_infos_alloc (alloc) or
 // alloc_infos_free will probe first. Both tables are larger than the cache
 // on real programs and probed at random: the writer calls this a few events

@@ -12,6 +12,7 @@
 #include "recorder/markers.h"
 #include "recorder/modules.h"
 #include "recorder/own_fds.h"
+#include "recorder/steering.h"
 #include "recorder/writer.h"
 
 namespace heapsnap::recorder {
@@ -32,6 +33,9 @@ constexpr unsigned kMaxAlternateNames = 16;
 struct Pending {
     int fd;
     uint32_t token;  // take_marker's; the writer maps it to the marker index
+    // The reply's verb: null for `snapshot` ("ok <index>", with the log's
+    // descriptor), else "paused" or "resumed" ("ok paused <index>").
+    const char* done;
 };
 
 // An accepted connection whose request line has not fully arrived.
@@ -177,7 +181,32 @@ void take_detach(int fd) {
     if (!writer_request_detach(fd)) return refuse(fd, "a detach is already under way");
 }
 
+// The reply to a pause or resume request that changed nothing: at once,
+// "ok already paused" or "ok not paused", and the log's path.
+void answer_unchanged(int fd, const char* state) {
+    Reply<kMaxReply> reply;
+    reply.put("ok ");
+    reply.put(state);
+    reply.put("\n");
+    reply.put_escaped(writer_log_path());
+    reply.put("\n");
+    if (reply.overflow) return refuse(fd, "reply too long (paths of more than 16 KiB)");
+    send_reply(fd, reply);
+}
+
+// pause and resume (steering.h): the reply waits for the marker, as a
+// snapshot's does.
+void take_steering(int fd, SteerVerb verb) {
+    if (g_pending_count == kMaxPending) return refuse(fd, "too many pending requests");
+    SteerOutcome outcome = steer(verb);
+    if (outcome.failed) return refuse(fd, "the recorder is not recording");
+    bool pause = verb == SteerVerb::Pause;
+    if (outcome.unchanged) return answer_unchanged(fd, pause ? "already paused" : "not paused");
+    g_pending[g_pending_count++] = Pending{fd, outcome.token, pause ? "paused" : "resumed"};
+}
+
 void take_request(int fd, char* line) {
+    if (SteerVerb verb = steer_verb(line); verb != SteerVerb::None) return take_steering(fd, verb);
     char label[256];
     Verb verb = parse_request(line, label, sizeof label);
     if (verb == Verb::None) return refuse(fd, "malformed request");
@@ -186,7 +215,7 @@ void take_request(int fd, char* line) {
     if (g_pending_count == kMaxPending) return refuse(fd, "too many pending requests");
     uint32_t token = take_marker(hslog::MarkerCause::Request, label[0] ? label : "snapshot");
     if (!token) return refuse(fd, "the recorder is not recording");
-    g_pending[g_pending_count++] = Pending{fd, token};
+    g_pending[g_pending_count++] = Pending{fd, token, nullptr};
 }
 
 // Reads what has arrived; true when the connection is finished with (its
@@ -374,6 +403,10 @@ void control_reply_durable(uint32_t durable_marker) {
         if (marker && marker <= durable_marker) {
             Reply<kMaxReply> reply;
             reply.put("ok ");
+            if (p.done) {
+                reply.put(p.done);
+                reply.put(" ");
+            }
             reply.put_uint(marker);
             reply.put("\n");
             reply.put_escaped(writer_log_path());
@@ -381,7 +414,7 @@ void control_reply_durable(uint32_t durable_marker) {
             if (reply.overflow)
                 refuse(p.fd, "reply too long (paths of more than 16 KiB)");
             else
-                send_reply(p.fd, reply, writer_log_fd());
+                send_reply(p.fd, reply, p.done ? -1 : writer_log_fd());
         } else {
             g_pending[kept++] = p;
         }

@@ -1,5 +1,6 @@
 // The control channel through which `heapsnap snapshot PID` asks a running
-// recorded process for a marker, and `heapsnap ps` asks who it is.
+// recorded process for a marker, `heapsnap ps` asks who it is, and
+// `heapsnap pause`/`resume PID` switch the capture of stacks (steering.h).
 //
 // A Unix stream socket in the abstract namespace named "heapsnap.<pid>"
 // (formats/control.md): no file to clean up or to race on in /tmp, no signal
@@ -11,7 +12,8 @@
 // or effective uid gets "error permission denied" and nothing else
 // happens. The writer never blocks on a client: requests are read as they
 // arrive, with a 1 s deadline. A request only names a marker label (or
-// asks for `info`): it cannot make the process write anywhere else. The
+// asks for `info`, or pauses or resumes stacks): it cannot make the
+// process write anywhere else. The
 // reply to `snapshot` carries the log's descriptor (SCM_RIGHTS), so the
 // client reads the very file the process writes, whether or not it could
 // open the log's path.

@@ -59,6 +59,7 @@
 #include "recorder/raw_alloc.h"
 #include "recorder/sampler.h"
 #include "recorder/stack_table.h"
+#include "recorder/steering.h"
 #include "recorder/thread_buffer.h"
 #include "recorder/unwind.h"
 #include "recorder/writer.h"
@@ -243,11 +244,11 @@ bool should_record() {
 
 // should_record for a hook about to call the real allocator: if it will
 // record, the unwinder's first lookup starts loading meanwhile (unwind.h,
-// prefetch_stack_key). Not when sampling: most allocations then take no
-// stack.
+// prefetch_stack_key). Not when sampling (most allocations then take no
+// stack), nor while stacks are paused (none does).
 __attribute__((always_inline)) inline bool should_record_prefetching(const void* hook_frame) {
     bool record = should_record();
-    if (record && !sampling()) prefetch_stack_key(hook_frame);
+    if (record && !sampling() && !paused_site()) prefetch_stack_key(hook_frame);
     return record;
 }
 
@@ -388,8 +389,10 @@ __attribute__((always_inline)) inline void record_alloc_unsampled(AllocFn fn, co
         });
         return;
     }
+    // Paused (steering.h): the paused site's stack, and no walk at all.
     uint32_t expected = 0;
-    uint32_t stack = stack_now(caller.frame, &expected);
+    uint32_t paused = paused_site();
+    uint32_t stack = paused ? paused : stack_now(caller.frame, &expected);
     emit_with(t, [&](Slot& s) {
         fill_alloc(s, fn, addr, size);
         s.stack = stack;
@@ -422,7 +425,8 @@ void record_mmap(const void* p, size_t length, int prot, int flags) {
     slot.size = length;
     slot.fn = static_cast<uint8_t>(prot);
     slot.aux = static_cast<uint32_t>(flags);
-    slot.stack = stack_now(nullptr);
+    uint32_t paused = paused_site();
+    slot.stack = paused ? paused : stack_now(nullptr);
     emit(slot);
 }
 

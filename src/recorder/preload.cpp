@@ -44,6 +44,7 @@
 #include "recorder/sampler.h"
 #include "recorder/spinlock.h"
 #include "recorder/stack_table.h"
+#include "recorder/steering.h"
 #include "recorder/thread_buffer.h"
 #include "recorder/unwind.h"
 #include "recorder/writer.h"
@@ -211,6 +212,8 @@ void read_config() {
     g_config.verbose = verbose && *verbose && strcmp(verbose, "0") != 0;
     const char* verify = env_value("HEAPSNAP_VERIFY_STACKS");
     g_config.verify_stacks = verify && *verify && strcmp(verify, "0") != 0;
+    steering_read_config(env_value("HEAPSNAP_PAUSED"), env_value("HEAPSNAP_STACKS_AFTER"),
+                         env_value("HEAPSNAP_SNAPSHOT_WHEN"));
 }
 
 // This library as ld.so found it: its link map name, and that file's
@@ -239,9 +242,10 @@ bool names_this_library(const char* entry, const OwnLibrary& own) {
 // this runs from the process's first allocation. The program and what it
 // runs see the environment they would see without the recorder.
 void leave_environment() {
-    static const char* const kLauncherVariables[] = {"HEAPSNAP_OUTPUT", "HEAPSNAP_PATHS_FILE",   "HEAPSNAP_DEPTH",
-                                                     "HEAPSNAP_UNWIND", "HEAPSNAP_SAMPLE_BYTES", "HEAPSNAP_INTERVAL",
-                                                     "HEAPSNAP_FOLLOW"};
+    static const char* const kLauncherVariables[] = {
+        "HEAPSNAP_OUTPUT",   "HEAPSNAP_PATHS_FILE", "HEAPSNAP_DEPTH",        "HEAPSNAP_UNWIND",
+        "HEAPSNAP_SAMPLE_BYTES", "HEAPSNAP_INTERVAL", "HEAPSNAP_FOLLOW",     "HEAPSNAP_PAUSED",
+        "HEAPSNAP_STACKS_AFTER", "HEAPSNAP_SNAPSHOT_WHEN"};
     for (const char* name : kLauncherVariables) remove_env(name);
     char* preload = const_cast<char*>(env_value("LD_PRELOAD"));
     dl_find_object found;
@@ -428,7 +432,9 @@ bool initialize() {
         LockGuard guard(metadata_lock());
         rescan_modules(true);
     }
-    return writer_open();
+    if (!writer_open()) return false;
+    steering_start();
+    return true;
 }
 
 // ---- attached (attach.h) ------------------------------------------------------
@@ -466,7 +472,9 @@ bool open_attached_log() {
         rescan_modules(true);
         requeue_all_stacks();
     }
-    return writer_open();
+    if (!writer_open()) return false;
+    steering_start();
+    return true;
 }
 
 }  // namespace
@@ -494,6 +502,7 @@ AttachStart start_attached(char** settings) {
     g_state.store(ok ? Active : Detached, std::memory_order_release);
     if (!ok) return AttachStart::Failed;
     writer_start_thread();
+    steering_mark_start();
     return AttachStart::Started;
 }
 
@@ -539,6 +548,9 @@ bool ensure_initialized() {
     bool ok = state == Uninitialized ? initialize() : start_child_log();
     t.internal--;
     g_state.store(ok ? Active : Disabled, std::memory_order_release);
+    // A child's log (its pause marker: steering.h) once it records; the
+    // first process's, from the library constructor.
+    if (ok && state == ForkPending && !t.in_allocator) steering_mark_start();
     return ok;
 }
 
@@ -626,6 +638,7 @@ void after_daemon(int result) {
 void start_recording_child() {
     if (!recorder_active() || thread_state().in_allocator || thread_state().internal) return;
     if (!writer_running()) writer_start_thread();
+    steering_mark_start();
 }
 
 namespace {
@@ -689,6 +702,7 @@ __attribute__((constructor)) static void heapsnap_start() {
     if (ensure_initialized()) {
         register_exit_handler();
         writer_start_thread();
+        steering_mark_start();
     }
 }
 

@@ -33,6 +33,7 @@
 #include "recorder/own_fds.h"
 #include "recorder/raw_alloc.h"
 #include "recorder/stack_table.h"
+#include "recorder/steering.h"
 #include "recorder/thread_buffer.h"
 #include "recorder/unwind.h"
 
@@ -78,6 +79,7 @@ struct alignas(64) Encoder {
     uint64_t last_flush_ns = 0;
     uint32_t frame_max_marker = 0;
     uint32_t marker_count = 0;
+    bool marker_seen = false;  // a marker was encoded since the writer thread last checked the rules
 };
 Encoder g_enc;
 uint8_t* g_compressed = nullptr;
@@ -493,6 +495,7 @@ void encode(const Slot& s) {
             g_marker_tokens[s.aux % kTokenMemory].store(uint64_t{s.aux} << 32 | g_enc.marker_count,
                                                         std::memory_order_release);
             g_enc.frame_max_marker = g_enc.marker_count;
+            g_enc.marker_seen = true;
             release_marker_payload(payload, s.size);
             flush_frame();
             return;
@@ -646,6 +649,15 @@ std::atomic<bool> g_writer_unjoined{false};
 
 void end_detached();
 
+// Markers the writer thread takes of itself (interval, steering): none
+// once the exit marker is under way (writer_close_intervals).
+template <class Take>
+void take_own_marker(Take&& take) {
+    g_interval_busy.store(true, std::memory_order_seq_cst);
+    if (!g_intervals_closed.load(std::memory_order_seq_cst)) take();
+    g_interval_busy.store(false, std::memory_order_release);
+}
+
 void* writer_main(void*) {
     thread_state().internal = 1;
     // Created with every signal blocked (LockGuard); glibc's own two
@@ -662,21 +674,22 @@ void* writer_main(void*) {
     // The last round emitted events: the writer naps for one stamp tick
     // only, and the tick is fresh meanwhile (thread_buffer.h, "One thread").
     bool busy = false;
+    uint64_t live_bytes = 0;
+    bool marker_seen = false;
     while (!g_stop.load(std::memory_order_acquire) && !g_failed.load(std::memory_order_acquire) &&
            g_detach_fd.load(std::memory_order_acquire) < 0) {
         uint64_t timeout_ns = busy ? kStampTickNs : kIdleWaitMs * 1'000'000ull;
         if (interval_ns) {
             uint64_t now = now_ns();
             if (now >= next_interval) {
-                g_interval_busy.store(true, std::memory_order_seq_cst);
-                if (!g_intervals_closed.load(std::memory_order_seq_cst))
-                    take_marker(hslog::MarkerCause::Interval, "interval");
-                g_interval_busy.store(false, std::memory_order_release);
+                take_own_marker([] { take_marker(hslog::MarkerCause::Interval, "interval"); });
                 next_interval += interval_ns;
                 if (next_interval <= now) next_interval = now + interval_ns;
             }
             timeout_ns = std::min(timeout_ns, next_interval - std::min(next_interval, now_ns()));
         }
+        if (steering_ticking()) take_own_marker([&] { steering_tick(now_ns(), live_bytes, marker_seen); });
+        if (uint64_t at = steering_deadline()) timeout_ns = std::min(timeout_ns, at - std::min(at, now_ns()));
         bool compressing = false;
         {
             LockGuard guard(g_writer_lock);
@@ -698,6 +711,8 @@ void* writer_main(void*) {
             LockGuard guard(g_writer_lock);
             stamp_tick_advance();
             busy = round_locked() > 0;
+            live_bytes = alloc_infos_live_bytes();
+            marker_seen = std::exchange(g_enc.marker_seen, false);
             stamp_tick_make_stale();
         }
         control_reply_durable(g_durable_marker.load(std::memory_order_acquire));
@@ -904,6 +919,7 @@ bool writer_open() {
     g_enc.stream_ts = start_time_ns() / hslog::kTimeUnitNs;
     g_enc.last_flush_ns = now_ns();
     alloc_infos_reset();
+    steering_log_opened();
     g_durable_marker.store(0);
     codec::Writer w = reserve(16384);
     write_process_record(w);

@@ -21,6 +21,9 @@ const char* cause_name(hslog::MarkerCause c) {
         case hslog::MarkerCause::Interval: return "interval";
         case hslog::MarkerCause::Request: return "request";
         case hslog::MarkerCause::Exit: return "exit";
+        case hslog::MarkerCause::Pause: return "pause";
+        case hslog::MarkerCause::Resume: return "resume";
+        case hslog::MarkerCause::Threshold: return "threshold";
     }
     return "?";
 }

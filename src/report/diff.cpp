@@ -157,7 +157,13 @@ std::vector<SymbolFrame> StackSymbols::symbolized(const StackFrame& raw) const {
     std::vector<SymbolFrame> out;
     auto known = modules_.find(raw.module);
     const SnapshotModule* module = known == modules_.end() ? nullptr : known->second;
-    if (!module || module->record.path.empty() || module->record.path[0] != '/') {
+    if (hslog::is_paused_site_frame(raw.module, raw.vaddr)) {
+        // The one frame of every allocation recorded while stacks were
+        // paused (formats/hslog.md, "Paused site"): a site of its own.
+        SymbolFrame f;
+        f.function = hslog::kPausedSiteName;
+        out.push_back(std::move(f));
+    } else if (!module || module->record.path.empty() || module->record.path[0] != '/') {
         SymbolFrame f;
         f.module = module ? module->record.path : "?";
         f.offset = raw.vaddr;

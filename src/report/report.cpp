@@ -97,6 +97,8 @@ std::vector<ReportGroup> group_sites(const std::vector<ReportSite>& sites, Group
             key = shown.function.empty() ? frame_key(shown) : "F\x1f" + shown.function;
         } else if (at) {
             shown.module = at->module;
+            // A frame of no module (the paused site) keeps its name.
+            if (at->module.empty()) shown.function = at->function;
             key = "M\x1f" + at->module;
         }
         auto [it, fresh] = groups.try_emplace({key, site.kind});
@@ -378,7 +380,9 @@ private:
                             modules ? "module" : "function"));
         for (size_t i = 0; i < n; ++i) {
             const ReportGroup& g = v[i];
-            std::string name = terminal_safe(modules ? basename_of(g.frame.module) : frame_label(g.frame));
+            // A frame of no module (the paused site) is its own module row.
+            bool named = modules && !g.frame.module.empty();
+            std::string name = terminal_safe(named ? basename_of(g.frame.module) : frame_label(g.frame));
             if (!modules && !g.frame.module.empty())
                 name += "  " + p_.dim("(" + terminal_safe(basename_of(g.frame.module)) + ")");
             if (g.kind == EntryKind::Mmap) name += "  [mmap]";
@@ -581,7 +585,8 @@ std::string render_report_csv(const Report& r, ReportTable table, size_t top) {
                 const ReportGroup& g = v[i];
                 out += fmt::format("{},{},{},{},", g.bytes, g.blocks, kind_name(g.kind), g.sites);
                 if (functions) out += csv_field(frame_label(g.frame)) + "," + csv_field(g.frame.file) + ",";
-                out += csv_field(g.frame.module) + "\n";
+                bool named = functions || !g.frame.module.empty();
+                out += csv_field(named ? g.frame.module : frame_label(g.frame)) + "\n";
             }
             break;
         }

@@ -134,21 +134,50 @@ TEST_CASE("alloc_infos: info ids past the packed entry's 21 bits move to the sid
     alloc_infos_reset();
 }
 
+TEST_CASE("alloc_infos: the live bytes are the sizes of the blocks allocated and not freed") {
+    alloc_infos_reset();
+    CHECK(alloc_infos_live_bytes() == 0);
+    const uint64_t a = 0x5555'0000'1000, b = 0x5555'0000'2000, big = 0x5555'1000'0000;
+    REQUIRE(alloc_infos_alloc(a, AllocFn::Malloc, 100, 1).ok);
+    REQUIRE(alloc_infos_alloc(b, AllocFn::Calloc, 300, 2).ok);
+    REQUIRE(alloc_infos_alloc(big, AllocFn::Malloc, kAddressedAllocSize + 5, 1).ok);
+    CHECK(alloc_infos_live_bytes() == 100 + 300 + kAddressedAllocSize + 5);
+    CHECK(alloc_infos_free(b) == 2);
+    CHECK(alloc_infos_live_bytes() == 100 + kAddressedAllocSize + 5);
+    CHECK(alloc_infos_free(big) == kAddressedBlock);
+    CHECK(alloc_infos_live_bytes() == 100);
+    // A free never seen allocated changes nothing.
+    CHECK(alloc_infos_free(0x7777'0000'0000) == 0);
+    CHECK(alloc_infos_live_bytes() == 100);
+    // A block allocated at a live block's address replaces it: the old
+    // one counts as freed, small or addressed.
+    InfoAlloc r = alloc_infos_alloc(a, AllocFn::Malloc, kAddressedAllocSize, 3);
+    CHECK(r.replaced == 1);
+    CHECK(alloc_infos_live_bytes() == kAddressedAllocSize);
+    r = alloc_infos_alloc(a, AllocFn::Realloc, 40, 3);
+    CHECK(r.replaced == kAddressedBlock);
+    CHECK(alloc_infos_live_bytes() == 40);
+    CHECK(alloc_infos_free(a) != 0);
+    CHECK(alloc_infos_live_bytes() == 0);
+    alloc_infos_reset();
+    CHECK(alloc_infos_live_bytes() == 0);
+}
+
 TEST_CASE("alloc_infos: memory follows the live blocks, not the events") {
     alloc_infos_reset();
     uint64_t before = raw_mapped_bytes();
     // A million blocks allocated and freed one after another, never more
     // than two live: the first tables only (64 KiB of 8-byte entries,
-    // 32 KiB of infos), no side table.
+    // 32 KiB of infos, 4 KiB of their sizes), no side table.
     for (uint64_t i = 0; i < 1'000'000; ++i) {
         uint64_t at = 0x5555'0000'0000 + i * 48;
         REQUIRE(alloc_infos_alloc(at, AllocFn::Malloc, 40, 1).ok);
         if (i) REQUIRE(alloc_infos_free(at - 48) == 1);
     }
-    CHECK(raw_mapped_bytes() - before == (64 + 32) * 1024);
+    CHECK(raw_mapped_bytes() - before == (64 + 32 + 4) * 1024);
     // 10 000 live blocks: the packed table doubles to 32 768 entries.
     for (uint64_t i = 0; i < 10'000; ++i) REQUIRE(alloc_infos_alloc(0x6666'0000'0000 + i * 32, AllocFn::Malloc, 24, 1).ok);
-    CHECK(raw_mapped_bytes() - before == (256 + 32) * 1024);
+    CHECK(raw_mapped_bytes() - before == (256 + 32 + 4) * 1024);
     alloc_infos_reset();
     CHECK(raw_mapped_bytes() == before);
 }

@@ -109,7 +109,7 @@ TEST_CASE("snapshot: damaged files give one clear error") {
     std::vector<uint8_t> v9 = good;
     v9[8] = 9;
     put(v9);
-    CHECK(error_of(f.path) == f.path + ": unsupported snapshot format version 9 (this heapsnap reads versions 3 to 4)");
+    CHECK(error_of(f.path) == f.path + ": unsupported snapshot format version 9 (this heapsnap reads versions 3 to 5)");
     std::vector<uint8_t> flipped = good;
     flipped[flipped.size() / 2] ^= 0xff;
     put(flipped);
