@@ -165,7 +165,7 @@ struct CachedFrame {
     Frame frame;
     Reads reads;
     FrameRule rule;
-    bool own;       // not reported
+    bool is_own;  // not reported
     // The walk from this frame outward depends on its rbp (bp_matters):
     // only then is its rbp compared when the frame is met again or
     // checked as a caller.
@@ -181,7 +181,7 @@ bool same_as_cached(const CachedFrame& cached, const Frame& f) {
 // The step from `callee` gives `caller` again if the memory it read still
 // holds what it held: the step is a function of the frame, its rule and
 // those words.
-// `bp_matters` false: the rbp read is not compared (Segment::bp_free).
+// `bp_matters` false: the rbp read is not compared (Segment::rbp_unchecked_mask).
 bool reads_hold(const Reads& r, const Frame& caller, bool bp_matters = true) {
     return (!r.cfa_at || load(r.cfa_at) == caller.sp) && load(r.ra_at) == caller.ip &&
            (!r.bp_at || !bp_matters || load(r.bp_at) == caller.bp);
@@ -193,7 +193,7 @@ bool link_holds(const CachedFrame& callee, const CachedFrame& caller) { return r
 // must hold: the return address, for most links all they read that the
 // walk depends on. A link that reads a second word (an rbp the walk
 // depends on) has both checks in the stack cache's slow_links[i] and, in
-// the run of checks, one that never holds (never_holding), which stops
+// the run of checks, one that never holds (stop_check), which stops
 // the run there; a link with a CFA word too (a realigned frame, rare) has
 // a second check made to fail and is checked with link_holds instead.
 // So the run compares one word a link and needs no flag test, and ends
@@ -209,31 +209,31 @@ struct LinkCheck {
 
 // A check that never holds (a function, not a constant: an address is no
 // constant expression, and hooks run before the recorder's initializers).
-const uint64_t g_never_word = 0;
-LinkCheck never_holding() { return LinkCheck{reinterpret_cast<uint64_t>(&g_never_word), 1}; }
+const uint64_t g_stop_word = 0;
+LinkCheck stop_check() { return LinkCheck{reinterpret_cast<uint64_t>(&g_stop_word), 1}; }
 
-bool never_holds(const LinkCheck& k) { return k.at == reinterpret_cast<uint64_t>(&g_never_word); }
+bool is_stop_check(const LinkCheck& k) { return k.at == reinterpret_cast<uint64_t>(&g_stop_word); }
 
 bool check_fails(const LinkCheck& k) { return load(k.at) != k.value; }
 
 // The checks of a link that are not one word: the first, and the second
-// (for a realigned frame, never_holding()).
-struct LinkChecks {
+// (for a realigned frame, stop_check()).
+struct SlowLinkChecks {
     LinkCheck first;
-    LinkCheck more;
+    LinkCheck second;
 };
 
 // The check of the link from `callee` to `caller` in the run of checks,
 // and in `slow` the link's two checks where it has two.
-LinkCheck checks_of(const CachedFrame& callee, const CachedFrame& caller, LinkChecks& slow) {
+LinkCheck checks_of(const CachedFrame& callee, const CachedFrame& caller, SlowLinkChecks& slow) {
     const Reads& r = callee.reads;
     if (r.cfa_at) {
-        slow = LinkChecks{{r.ra_at, caller.frame.ip}, never_holding()};
-        return never_holding();
+        slow = SlowLinkChecks{{r.ra_at, caller.frame.ip}, stop_check()};
+        return stop_check();
     }
     if (!r.bp_at || !caller.bp_needed) return LinkCheck{r.ra_at, caller.frame.ip};
-    slow = LinkChecks{{r.ra_at, caller.frame.ip}, {r.bp_at, caller.frame.bp}};
-    return never_holding();
+    slow = SlowLinkChecks{{r.ra_at, caller.frame.ip}, {r.bp_at, caller.frame.bp}};
+    return stop_check();
 }
 
 // Rules this cache looked up lately, by address: the few call sites a
@@ -250,9 +250,9 @@ struct NearRule {
 // 4 runs).
 constexpr unsigned kNearBits = 11;
 
-// key() results for recent stacks, by the hash of their reported ips,
+// intern_now() results for recent stacks, by the hash of their reported ips,
 // which is kept per frame, so it costs the fresh frames only. An entry
-// keeps the token key() set, not the ips: recall() compares the stack
+// keeps the token intern_now() set, not the ips: memo_matches() compares the stack
 // with it (in the recorder, with the stack's record in the stack table).
 // Small entries make a large memo: on a compile (cc1plus -O2, 87 000
 // stacks of 41 frames on average, 630 000 walks) 32 entries of whole ips
@@ -297,7 +297,7 @@ struct SegmentFrame {
     uint64_t ra_at;  // Reads::ra_at of the step to its caller
     uint64_t bp_at;  // Reads::bp_at of that step; 0: rbp handed on as it is
 };
-static_assert(kSegmentFrames <= 8 && kMaxFrames <= 65535, "Segment::count, bp_free and join fit");
+static_assert(kSegmentFrames <= 8 && kMaxFrames <= 65535, "Segment::count, rbp_unchecked_mask and join fit");
 // What a lookup reads comes first, from a line's start: the 40 bytes a
 // hit compares before the frames, then 32 bytes a frame, so a hit of
 // three or four frames (python3's usual is three) reads the tag line and
@@ -313,7 +313,7 @@ struct alignas(64) Segment {
     // rule neither uses rbp nor hands it on to a frame that does), so that
     // rbp is not compared: code that keeps data in rbp calls the same
     // places with other values in it.
-    uint8_t bp_free;
+    uint8_t rbp_unchecked_mask;
     uint16_t join;
     uint64_t generation;  // prefix_generation[join] of the last stack when keyed
     uint64_t first_sp;    // frames[0]'s sp
@@ -362,17 +362,17 @@ constexpr unsigned kByCallerBits = 6;
 struct StackCache {
     FirstFrames first_frames;
     uint32_t local_next;  // the counter of the next local key (unwind.h)
-    DefinedStack defined;
-    // `writes` when `defined` was last made from this cache's last stack,
+    DefinedStack last_defined;
+    // `writes` when `last_defined` was last made from this cache's last stack,
     // every frame of it in the ips handed on (not cut at the walk's max):
     // while `writes` has not moved on, the frames a walk keeps of the last
-    // stack are the outermost ones of `defined` (define's `known`).
+    // stack are the outermost ones of `last_defined` (define_local_key's `known`).
     uint64_t defined_writes;
     uint64_t by_caller[1u << kByCallerBits];
     int count;  // frames of the last stack, outermost first, so a new
                 // stack that shares its outer part rewrites only the top
-    int max;    // of the walks the memos were made for
-    uint32_t last_key;  // key() of the last stack; 0: unknown
+    int keyed_max;  // max of the walks the memos were made for
+    uint32_t last_key;  // the key of the last stack; 0: unknown
     // The last walk with the cache went past kMaxFrames: walks stop at max
     // (a stack deeper than the cache would be walked whole every time)
     // until one ends within max.
@@ -381,14 +381,14 @@ struct StackCache {
     uint64_t sps[kMaxFrames];       // frames[i].frame.sp, densely, for the search by sp
     // What the reuse of a stack reads, densely, for the ~12 frames reused
     // on every allocation of an interpreter:
-    // [i]: link_holds(frames[i], frames[i - 1]), i >= 1; [0]: never_holding(),
+    // [i]: link_holds(frames[i], frames[i - 1]), i >= 1; [0]: stop_check(),
     // which ends a run of checks down to the outermost frame without a
     // bound to compare.
     LinkCheck checks[kMaxFrames];
-    LinkChecks slow_links[kMaxFrames];  // [i]: the link's checks where checks[i] never holds
-    uint64_t rips[kMaxFrames];      // frames[i].frame.ip at kMaxFrames - 1 - i: a run of
-                                    // frames innermost first is one memcpy
-    uint16_t owns[kMaxFrames];      // own frames in frames[0..i]
+    SlowLinkChecks slow_links[kMaxFrames];  // [i]: the link's checks where checks[i] is a stop check
+    uint64_t reversed_ips[kMaxFrames];      // frames[i].frame.ip at kMaxFrames - 1 - i: a run of
+                                            // frames innermost first is one memcpy
+    uint16_t own_counts[kMaxFrames];        // own frames in frames[0..i]
     uint64_t writes;                          // frames written so far
     uint64_t prefix_generation[kMaxFrames];  // `writes` when one of frames[0..i] was last written
     SegmentBucket segments[1u << kSegmentBucketBits];
@@ -424,10 +424,10 @@ int holds_down_to(const StackCache* c, int top, int lo) {
         }
         if (k <= end) return lo;
         auto t = static_cast<int>(k - c->checks);
-        if (!never_holds(*k)) return t;
-        const LinkChecks& slow = c->slow_links[t];
-        bool holds = never_holds(slow.more) ? link_holds(c->frames[t], c->frames[t - 1])  // a realigned frame
-                                            : !check_fails(slow.first) && !check_fails(slow.more);
+        if (!is_stop_check(*k)) return t;
+        const SlowLinkChecks& slow = c->slow_links[t];
+        bool holds = is_stop_check(slow.second) ? link_holds(c->frames[t], c->frames[t - 1])  // a realigned frame
+                                                : !check_fails(slow.first) && !check_fails(slow.second);
         if (!holds) return t;
         --k;
     }
@@ -472,7 +472,7 @@ void advance_local_keys(StackCache* c, uint32_t slot, uint32_t walks) {
 // is carried whole.
 void forget_local_keys(StackCache* c, uint32_t slot) {
     c->local_next += kLocalWindow;
-    c->defined.n = 0;
+    c->last_defined.n = 0;
     drop_stale_local_keys(c, slot);
 }
 
@@ -515,7 +515,7 @@ StackCache* cache_of(PoolSlot& s) {
     StackCache* c = s.cache.load(std::memory_order_relaxed);
     if (!c) {
         c = static_cast<StackCache*>(raw_map_populated(sizeof(StackCache)));
-        if (c) c->checks[0] = never_holding();
+        if (c) c->checks[0] = stop_check();
         s.cache.store(c, std::memory_order_relaxed);
     }
     return c;
@@ -538,7 +538,7 @@ Borrowed borrow_owned() {
 
 // Makes slot i, whose busy flag the caller just took, the calling
 // thread's own.
-Borrowed own(StackCache* c, uint32_t i) {
+Borrowed make_owned(StackCache* c, uint32_t i) {
     g_pool[i].owner_walking = true;
     std::atomic_signal_fence(std::memory_order_seq_cst);
     forget_local_keys(c, i);
@@ -563,7 +563,7 @@ Borrowed take_lowest_free() {
                 return Borrowed{nullptr, 0, false};
             }
             thread_state().unwind.slot = i + 1;
-            return own(c, i);
+            return make_owned(c, i);
         }
     }
     return Borrowed{nullptr, 0, false};
@@ -595,7 +595,7 @@ Borrowed borrow() {
             return Borrowed{nullptr, 0, false};
         }
         u.slot = i + 1;
-        if (may_own) return own(c, i);
+        if (may_own) return make_owned(c, i);
         // A handler that leaves this walk by siglongjmp gives it back
         // (abandon_stack_walk).
         u.borrowed = i + 1;
@@ -621,7 +621,7 @@ void give_back(const Borrowed& b) {
 
 // Whether this walk may hand out `key`: any interned one; a local one
 // only from the cache that made it, owned, and fresh.
-bool usable(const Borrowed& b, uint32_t key) {
+bool key_usable(const Borrowed& b, uint32_t key) {
     return !is_local_key(key) || (b.owned && local_key_fresh(b.cache, b.slot, key));
 }
 
@@ -693,8 +693,8 @@ struct Walked {
     uint64_t hash;   // if cached: stack_hash of the whole stack walked
     int fresh = 0;   // if cached: frames walked afresh (the cache's fresh[]) above ...
     int kept = -1;   // ... the last stack's frames 0..kept, reused
-    bool cut = false;      // the walk stopped at its limit, not at the stack's end
-    bool clipped = false;  // it went on past the `max` frames ips holds
+    bool stopped_at_limit = false;  // the walk stopped at its limit, not at the stack's end
+    bool ran_past_ips = false;      // it went on past the `max` frames ips holds
 };
 
 // Walks from `f`: at most max frames, our own ones included; the others
@@ -720,7 +720,7 @@ struct Walked {
 // further out (a leaf called from a different caller rejoins the old stack
 // one frame further up). A frame no rule covers sends the whole stack to
 // libunwind.
-Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint64_t hash) = nullptr,
+Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prefetch_intern)(uint64_t hash) = nullptr,
             int limit = 0, const FrameRule* first_rule = nullptr) {
     const uint64_t first_ip = f.ip;  // first_rule, if given, is its rule
     if (max > kMaxFrames) max = kMaxFrames;
@@ -728,7 +728,7 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
     if (limit > kMaxFrames) limit = kMaxFrames;
     const OwnRange own = own_range();
     int walked = 0;
-    bool cut = true;
+    bool stopped_at_limit = true;
     // Our frames at the top (the hook and the calls down to here) keep
     // frame pointers (meson.build), so each caller is one load away: no
     // rule lookup for frames that are never reported.
@@ -751,17 +751,17 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
             int t = holds_down_to(c, j, lo);
             int to_ips = std::min(j - t + 1, std::max(max - walked, 0));
             int b = j + 1 - to_ips;  // last[j..b] go to ips
-            if (to_ips && c->owns[j] == (b ? c->owns[b - 1] : 0)) {
-                memcpy(ips + n, &c->rips[kMaxFrames - 1 - j], sizeof(uint64_t) * static_cast<size_t>(to_ips));
+            if (to_ips && c->own_counts[j] == (b ? c->own_counts[b - 1] : 0)) {
+                memcpy(ips + n, &c->reversed_ips[kMaxFrames - 1 - j], sizeof(uint64_t) * static_cast<size_t>(to_ips));
                 n += to_ips;
             } else {
                 for (int i = j; i >= b; --i)
-                    if (!last[i].own) ips[n++] = last[i].frame.ip;
+                    if (!last[i].is_own) ips[n++] = last[i].frame.ip;
             }
             walked += j - t + 1;
             if (t == 0 && ends_stack(last[0].rule)) {
                 kept = j;
-                cut = false;
+                stopped_at_limit = false;
                 break;
             }
             // Cut by the limit, or a link broke, or the old stack ended
@@ -782,7 +782,7 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
             f = step(from.rule, from.frame, from.reads);
             j = t - 1;
             if (f.ip < 0x4000) {  // where libunwind stops, too
-                cut = false;
+                stopped_at_limit = false;
                 break;
             }
             continue;
@@ -801,7 +801,7 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
             CachedFrame& into = fresh[nf++];
             into.frame = f;
             into.rule = rule;
-            into.own = is_own;
+            into.is_own = is_own;
             if (rule.kind == FrameRule::Step)
                 caller = step(rule, f, into.reads);
             else
@@ -811,35 +811,35 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
             caller = step(rule, f, reads);
         }
         if (ends_stack(rule)) {
-            cut = false;
+            stopped_at_limit = false;
             break;
         }
         f = caller;
         if (f.ip < 0x4000) {
-            cut = false;
+            stopped_at_limit = false;
             break;
         }
         // Its rule's line, while the search below runs: a compiler's own
         // work evicts the near rules between two allocations.
         if (c) __builtin_prefetch(&near_rule(c, f.ip - 1));
     }
-    const bool clipped = walked > max;
-    if (!c) return Walked{n, false, false, 0, 0, -1, cut, clipped};
+    const bool ran_past_ips = walked > max;
+    if (!c) return Walked{n, false, false, 0, 0, -1, stopped_at_limit, ran_past_ips};
     // The fresh frames go above the kept ones. Those equal to what is
     // there already (a link broke further up, the same frames came back)
     // are left as they are: on equal frames below, their steps and hashes
     // are equal too.
     // The fresh frames' hashes, before the cache is brought up to date, so
-    // the key's lookup can start meanwhile (StackKeyer::prepare).
+    // the key's lookup can start meanwhile (StackKeyer::prefetch_intern).
     uint64_t hash = kept >= 0 ? last[kept].hash : 0;
     for (int i = nf - 1; i >= 0; --i) {
-        if (!fresh[i].own) hash = stack_hash_step(hash, fresh[i].frame.ip);
+        if (!fresh[i].is_own) hash = stack_hash_step(hash, fresh[i].frame.ip);
         fresh[i].hash = hash;
     }
-    if (prepare && !clipped) prepare(hash);
+    if (prefetch_intern && !ran_past_ips) prefetch_intern(hash);
     // The memo's line, read once the cache is up to date; not where the
-    // stack is handed on (no prepare then), which reads no memo.
-    if (prepare) __builtin_prefetch(&c->memos[hash >> (64 - kMemoBits)]);
+    // stack is handed on (no prefetch_intern then), which reads no memo.
+    if (prefetch_intern) __builtin_prefetch(&c->memos[hash >> (64 - kMemoBits)]);
     bool same = true;
     for (int i = 0; i < nf; ++i) {
         int at = kept + 1 + i;
@@ -849,24 +849,24 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prepare)(uint
         last[at] = frame;
         last[at].bp_needed = bp_matters(frame.rule, at ? last[at - 1].bp_needed : true);
         c->sps[at] = frame.frame.sp;
-        c->rips[kMaxFrames - 1 - at] = frame.frame.ip;
-        c->owns[at] = static_cast<uint16_t>((at ? c->owns[at - 1] : 0) + frame.own);
+        c->reversed_ips[kMaxFrames - 1 - at] = frame.frame.ip;
+        c->own_counts[at] = static_cast<uint16_t>((at ? c->own_counts[at - 1] : 0) + frame.is_own);
         if (at) c->checks[at] = checks_of(frame, last[at - 1], c->slow_links[at]);
         c->prefix_generation[at] = ++c->writes;
     }
     bool unchanged = same && kept + 1 + nf == last_count;
     c->count = kept + 1 + nf;
-    return Walked{n, true, unchanged, c->count ? last[c->count - 1].hash : 0, nf, kept, cut, clipped};
+    return Walked{n, true, unchanged, c->count ? last[c->count - 1].hash : 0, nf, kept, stopped_at_limit, ran_past_ips};
 }
 
 // Of the first frame and its caller's ip (0: not tagged by caller),
-// without rbp, which may be free (Segment::bp_free).
+// without rbp, which may be free (Segment::rbp_unchecked_mask).
 uint64_t segment_tag(const Frame& first, uint64_t caller_ip) { return mix(mix(first.ip, first.sp), caller_ip) | 1; }
 
-// Segment::bp_free of the fresh frames of a walk. Their top frame's rbp,
+// Segment::rbp_unchecked_mask of the fresh frames of a walk. Their top frame's rbp,
 // if handed on, reaches the cached stack below, whose checks compare it:
 // never free.
-uint32_t bp_free_mask(const CachedFrame* fresh, int count) {
+uint32_t rbp_unchecked_mask_of(const CachedFrame* fresh, int count) {
     uint32_t mask = 0;
     bool above_needs = true;  // the caller of frames[i] depends on the rbp it gets
     for (int i = count - 1; i >= 0; --i) {
@@ -883,7 +883,7 @@ uint32_t bp_free_mask(const CachedFrame* fresh, int count) {
 // the step from frames[i - 1], is too).
 bool same_segment_frame(const Segment& sg, int i, const Frame& f) {
     const SegmentFrame& g = sg.frames[i];
-    return g.ip == f.ip && (i || sg.first_sp == f.sp) && (g.bp == f.bp || (sg.bp_free >> i & 1));
+    return g.ip == f.ip && (i || sg.first_sp == f.sp) && (g.bp == f.bp || (sg.rbp_unchecked_mask >> i & 1));
 }
 
 // reads_hold for a segment's link from `callee` to a caller with `ip`
@@ -898,7 +898,7 @@ SegmentBucket& segment_bucket(StackCache* c, uint64_t tag) { return c->segments[
 // outer_ips, base_generation), and whether they are still what it kept:
 // the keeping and the check, side by side so they stay one definition.
 size_t outer_bytes(int join) { return sizeof(uint64_t) * static_cast<size_t>(std::min(join + 1, kSegmentOuter)); }
-const uint64_t* outer_ips_of(const StackCache* c, int join) { return &c->rips[kMaxFrames - 1 - join]; }
+const uint64_t* outer_ips_of(const StackCache* c, int join) { return &c->reversed_ips[kMaxFrames - 1 - join]; }
 uint64_t base_generation_of(const StackCache* c, int join) {
     return join >= kSegmentOuter ? c->prefix_generation[join - kSegmentOuter] : 0;
 }
@@ -927,7 +927,7 @@ bool holds_to_outermost(const StackCache* c, int top) {
 uint32_t same_stack_key(const StackCache* c, const Frame& first) {
     int top = c->count - 1;
     // The dense ip first: other places fail there.
-    if (top < 0 || c->rips[kMaxFrames - 1 - top] != first.ip || !c->last_key) return 0;
+    if (top < 0 || c->reversed_ips[kMaxFrames - 1 - top] != first.ip || !c->last_key) return 0;
     if (!same_as_cached(c->frames[top], first)) return 0;
     if (c->deep ? holds_down_to(c, top, 0) != 0 : !holds_to_outermost(c, top)) return 0;
     return c->last_key;
@@ -1004,7 +1004,7 @@ uint32_t segment_key(StackCache* c, const Frame& first, const FrameRule& first_r
         bool holds = true;
         for (int i = 0; holds && i + 1 < sg.count; ++i) {
             const SegmentFrame& caller = sg.frames[i + 1];
-            holds = segment_link_holds(sg.frames[i], caller.ip, caller.bp, !(sg.bp_free >> (i + 1) & 1));
+            holds = segment_link_holds(sg.frames[i], caller.ip, caller.bp, !(sg.rbp_unchecked_mask >> (i + 1) & 1));
         }
         if (!holds || !segment_link_holds(last_frame, at_join.ip, at_join.bp, join_bp_needed)) continue;
         if (c->prefix_generation[join] != sg.generation) {
@@ -1075,7 +1075,7 @@ void keep_segment(StackCache* c, const Walked& w, uint32_t key) {
         const CachedFrame& f = c->fresh[i];
         sg.frames[i] = SegmentFrame{f.frame.ip, f.frame.bp, f.reads.ra_at, f.reads.bp_at};
     }
-    sg.bp_free = static_cast<uint8_t>(bp_free_mask(c->fresh, w.fresh));
+    sg.rbp_unchecked_mask = static_cast<uint8_t>(rbp_unchecked_mask_of(c->fresh, w.fresh));
     keep_outer(c, sg, w.kept);
     sg.key = key;
 }
@@ -1117,12 +1117,12 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, cons
     const bool from_hook = from != nullptr;
     if (!from) from = __builtin_frame_address(0);
     const Frame first = caller_of(static_cast<const uint64_t*>(from));
-    if (c && c->max != max) {  // the keys depend on it
+    if (c && c->keyed_max != max) {  // the keys depend on it
         memset(c->memos, 0, sizeof c->memos);
         for (SegmentBucket& bucket : c->segments)
             for (uint64_t& tag : bucket.tags) tag = 0;
         c->last_key = 0;
-        c->max = max;
+        c->keyed_max = max;
     }
     // The last stack again (a loop allocating at one place), or a place
     // allocated from lately: its key without a walk. (From a hook only:
@@ -1132,48 +1132,49 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, cons
         first_rule = &hook_first_rule(c, first, from);
         uint32_t k = same_stack_key(c, first);
         if (!k) k = segment_key(c, first, *first_rule, from);
-        if (k && usable(b, k)) {
+        if (k && key_usable(b, k)) {
             give_back(b);  // the last stack and its key stay as they were
             return k;
         }
     }
-    // Stacks this walk hands on (keyer.define) are not looked up here.
-    const bool local = b.owned && keyer.define;
+    // Stacks this walk hands on (keyer.define_local_key) are not looked up here.
+    const bool local = b.owned && keyer.define_local_key;
     const uint64_t writes_before = c ? c->writes : 0;
-    Walked w = walk(first, ips, max, c, local ? nullptr : keyer.prepare, c && !c->deep ? kMaxFrames : max, first_rule);
-    if (c) c->deep = w.cut;
+    Walked w = walk(first, ips, max, c, local ? nullptr : keyer.prefetch_intern, c && !c->deep ? kMaxFrames : max,
+                    first_rule);
+    if (c) c->deep = w.stopped_at_limit;
     const void* token = nullptr;
     if (!w.cached) {
         if (c) c->last_key = 0;
         give_back(b);
-        return keyer.key(ips, w.count, stack_hash(ips, static_cast<uint32_t>(w.count)), &token);
+        return keyer.intern_now(ips, w.count, stack_hash(ips, static_cast<uint32_t>(w.count)), &token);
     }
     // The same stack as last time (a loop allocating at one place): its key
     // without hashing or comparing ips.
-    if (w.unchanged && c->last_key && usable(b, c->last_key)) {
+    if (w.unchanged && c->last_key && key_usable(b, c->last_key)) {
         uint32_t k = c->last_key;
         give_back(b);
         return k;
     }
-    // The memo goes by the whole stack walked; key() gets the hash of the
+    // The memo goes by the whole stack walked; intern_now() gets the hash of the
     // frames in ips.
-    Memo* m = keyer.recall && !local ? &c->memos[w.hash >> (64 - kMemoBits)] : nullptr;
+    Memo* m = keyer.memo_matches && !local ? &c->memos[w.hash >> (64 - kMemoBits)] : nullptr;
     uint32_t k = 0;
-    if (m && m->key && m->hash == w.hash && m->count == w.count && keyer.recall(m->token, ips, w.count)) {
+    if (m && m->key && m->hash == w.hash && m->count == w.count && keyer.memo_matches(m->token, ips, w.count)) {
         k = m->key;
     } else {
-        uint64_t hash = w.clipped ? stack_hash(ips, static_cast<uint32_t>(w.count)) : w.hash;
+        uint64_t hash = w.ran_past_ips ? stack_hash(ips, static_cast<uint32_t>(w.count)) : w.hash;
         if (local) {
             uint32_t key = next_local_key(b);
             // A compile's stack shares ~35 of its 41 frames with the one
             // before: comparing them cost a seventh of a walk's instructions.
-            bool known_kept = c->defined_writes == writes_before && !w.clipped && w.kept >= 0;
-            uint32_t known = known_kept ? static_cast<uint32_t>(w.kept + 1 - c->owns[w.kept]) : 0;
-            bool handed = keyer.define(ips, w.count, hash, key, known, c->defined);
-            c->defined_writes = handed && !w.clipped ? c->writes : 0;
+            bool known_kept = c->defined_writes == writes_before && !w.ran_past_ips && w.kept >= 0;
+            uint32_t known = known_kept ? static_cast<uint32_t>(w.kept + 1 - c->own_counts[w.kept]) : 0;
+            bool handed = keyer.define_local_key(ips, w.count, hash, key, known, c->last_defined);
+            c->defined_writes = handed && !w.ran_past_ips ? c->writes : 0;
             if (handed) k = key;
         }
-        if (!k) k = keyer.key(ips, w.count, hash, &token);
+        if (!k) k = keyer.intern_now(ips, w.count, hash, &token);
         if (m) *m = Memo{w.hash, token, w.count, k};
     }
     c->last_key = k;
@@ -1252,7 +1253,7 @@ namespace {
 void clear_cache(StackCache* c) {
     uint32_t next = c->local_next;
     std::memset(static_cast<void*>(c), 0, sizeof *c);
-    c->checks[0] = never_holding();
+    c->checks[0] = stop_check();
     c->local_next = next + kLocalWindow;
 }
 
