@@ -439,7 +439,7 @@ struct StartArgs {
 // changing the program's address space.
 constexpr size_t kStartArgsPool = 1024;
 // constinit: a thread started from a library's constructor, before the
-// recorder's own, keeps its slot (unwind.cpp, PoolSlot).
+// recorder's own, keeps its slot (unwind_cache.cpp, PoolSlot).
 constinit StartArgs g_start_args[kStartArgsPool];
 std::atomic<size_t> g_start_args_next{0};
 

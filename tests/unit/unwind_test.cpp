@@ -190,7 +190,7 @@ __attribute__((noinline)) uint32_t compare_key_from_frame() {
 
 // Two more places to allocate from, taken in turn on the same stack, as an
 // interpreter does: the unwinder keeps what it walked above the shared
-// part per place (unwind.cpp, Segment) and must still hand out exact keys.
+// part per place (unwind_segments.h, Segment) and must still hand out exact keys.
 __attribute__((noinline)) void key_site_a() {
     compare_key_from_frame();
     g_sink = 1;
@@ -206,7 +206,7 @@ __attribute__((noinline)) void key_site_b() {
 // Calls fn(arg) with `rbp` in rbp, as code that keeps data in rbp does. Its
 // CFI saves the caller's rbp and restores it, so the walk does not depend
 // on the value in between: the unwinder does not compare it when it reuses
-// a segment (unwind.cpp, Segment::rbp_unchecked_mask), and the keys must stay exact.
+// a segment (unwind_segments.h, Segment::rbp_unchecked_mask), and the keys must stay exact.
 extern "C" void heapsnap_test_call_with_rbp(void (*fn)(int), int arg, uint64_t rbp);
 asm(R"(
     .text
