@@ -131,11 +131,9 @@ struct Walked {
 // cache alone: a stack kept down to its outermost frame can be reused and
 // rejoined, one cut at max cannot (its outermost cached frame is not the
 // stack's end, so no reuse can prove the rest). ips still gets the first
-// max frames only. A compiler's stacks run deeper than the recorder's
-// default limit (64 frames) now and then: walked only to the limit, each
-// allocation there stepped or copied all of its frames again, half the
-// frames the unwinder handled on a compile (cc1plus -O2 of checkpoint.cpp:
-// 5.3 M frames stepped or copied afresh, 3.0 M walked on to the end).
+// max frames only. A stack deeper than max (a compiler's, now and then),
+// walked only to max, would be stepped or copied whole at every
+// allocation there.
 //
 // With a cache: as soon as a frame equals one of the last stack (same sp,
 // ip, bp and lookup address), the last stack's frames from there are
@@ -373,8 +371,8 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, cons
         uint64_t hash = w.ran_past_ips ? stack_hash(ips, static_cast<uint32_t>(w.count)) : w.hash;
         if (local) {
             uint32_t key = next_local_key(b);
-            // A compile's stack shares ~35 of its 41 frames with the one
-            // before: comparing them cost a seventh of a walk's instructions.
+            // A stack shares most of its frames with the one before: those
+            // the walk kept of the last stack need not be compared again.
             bool known_kept = c->defined_writes == writes_before && !w.ran_past_ips && w.kept >= 0;
             uint32_t known = known_kept ? static_cast<uint32_t>(w.kept + 1 - c->own_counts[w.kept]) : 0;
             bool handed = keyer.define_local_key(ips, w.count, hash, key, known, c->last_defined);

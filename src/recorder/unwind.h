@@ -1,23 +1,11 @@
 // The stack of the calling thread, for the recorder's hooks: return
 // addresses, innermost first, exactly those libunwind's unw_backtrace
-// reports, without the frames of the recorder itself.
-//
-// Each frame is stepped with its CFI rule (frame_rules.h); a thread's
-// stack cache keeps its last stack and the segments above it, and reuses
-// a frame only when the words its step read are unchanged, so a reused
-// stack is the stack a full unwind gives. A frame no rule covers sends
-// the whole stack to unw_backtrace. A thread that owns a cache hands the
-// stacks it walks to the writer under a local key (below) instead of
-// interning them itself. The design, a picture, a glossary and the
-// rejected alternatives: docs/design/stack-capture.md.
-//
-// The caches: a pool of kStackCaches. A recording thread owns the lowest
-// free one until its exit hook; a thread past its exit hook, or a signal
-// handler interrupting a walk, borrows a free one for one walk (an atomic
-// flag), so no two users ever share one. More recording threads than
-// caches walk without one (slower, same stacks). A freed cache waits for
-// the next thread; past 8 free ones an exiting thread unmaps its own, so
-// the memory follows the threads alive, not every thread there was.
+// reports, without the frames of the recorder itself. A thread that owns
+// a stack cache hands the stacks it walks to the writer under a local key
+// (below) instead of interning them. How it is done and why:
+// docs/design/stack-capture.md; the parts: unwind_step.h (one step),
+// unwind_cache.h (the per-thread caches and their pool),
+// unwind_segments.h (segments), unwind.cpp (the walk).
 #pragma once
 
 #include <cstdint>

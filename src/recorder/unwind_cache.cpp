@@ -115,18 +115,14 @@ void forget_local_keys(StackCache* c, uint32_t slot) {
 // of `busy`, or owned by one thread, which keeps `busy` set for as long as
 // it lives and borrows with plain stores to `owner_walking`: a locked
 // instruction per allocation waits for every store before it (the ring
-// slot just written, often a cache miss) and cost about 5% of python3's
-// time. Only the owner and its signal handlers touch owner_walking; a
-// handler that finds it set borrows a shared slot instead.
+// slot just written, often a cache miss). Only the owner and its signal
+// handlers touch owner_walking; a handler that finds it set borrows a
+// shared slot instead.
 //
 // The pool is constinit: hooks run before the recorder's own initializers
 // (a library initialized earlier, libstdc++ itself, allocates), so a
-// dynamic initializer would reset a slot already owned. One did while
-// owner_walking had no initializer: it set cache back to null under the
-// thread that owned slot 0, which then walked without its cache, left
-// owner_walking set and borrowed slot 0 as a shared one for the rest of
-// the run, interning every stack in its own thread (clang++, whose
-// libLLVM and libstdc++ allocate from their constructors, ran that way).
+// dynamic initializer would reset a slot already owned: its thread would
+// walk without its cache and intern every stack itself.
 struct alignas(64) PoolSlot {
     std::atomic<bool> busy{false};
     bool owner_walking = false;

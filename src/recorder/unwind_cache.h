@@ -57,11 +57,8 @@ inline bool link_holds(const CachedFrame& callee, const CachedFrame& caller) { r
 // the run there; a link with a CFA word too (a realigned frame, rare) has
 // a second check made to fail and is checked with link_holds instead.
 // So the run compares one word a link and needs no flag test, and ends
-// at checks[0] without a bound: 81 M fewer instructions on the small
-// compile (holds_to_outermost 160 M -> 111 M, holds_down_to 107 M -> 75 M
-// under cachegrind), 52 M on python3 (`churn.py 100`), 20 M on perl.
-// One word and 16 bytes a link, not two and 32: the checks are most of
-// what a hit does (a compile checks 23 links an allocation).
+// at checks[0] without a bound. One word and 16 bytes a link, not two and
+// 32: the checks are most of what a hit does.
 struct LinkCheck {
     uint64_t at;
     uint64_t value;
@@ -85,20 +82,15 @@ struct NearRule {
     uint64_t pc;
     FrameRule rule;
 };
-// python3 allocates from hundreds of call sites, a compiler from
-// thousands: with 256 rules the compile's rule misses (the shared table's
-// lookups behind them) were 1/10 of the unwinder's samples; 2048 took the
-// recorder's share of cc1plus's samples from 19.7 % to 19.0 % (means of
-// 4 runs).
+// 2048: a compiler allocates from thousands of call sites, and a rule
+// missed here is a lookup in the shared table.
 inline constexpr unsigned kNearBits = 11;
 
-// intern_now() results for recent stacks, by the hash of their reported ips,
-// which is kept per frame, so it costs the fresh frames only. An entry
-// keeps the token intern_now() set, not the ips: memo_matches() compares the stack
-// with it (in the recorder, with the stack's record in the stack table).
-// Small entries make a large memo: on a compile (cc1plus -O2, 87 000
-// stacks of 41 frames on average, 630 000 walks) 32 entries of whole ips
-// missed 75 % of the walks, 2048 of these miss 25 %, and each miss is a
+// intern_now() results for recent stacks, by the hash of their reported
+// ips, which is kept per frame, so it costs the fresh frames only. An
+// entry keeps the token intern_now() set, not the ips: memo_matches()
+// compares the stack with it (in the recorder, with the stack's record in
+// the stack table). Small entries make a large memo, and each miss is a
 // lookup in a table far larger than the caches.
 struct Memo {
     uint64_t hash;
@@ -109,11 +101,10 @@ struct Memo {
 inline constexpr unsigned kMemoBits = 11;
 
 // The rules of the first frames of the last few hooks (the few places
-// that call malloc: 22 on a compile), for the walk's first step and the
-// segment tag's: there the near rule had mostly been evicted by the
-// program's work since the last allocation (12 % of the unwinder's samples
-// on a compile sat on that one load). Eight: python3 takes turns among
-// more than four.
+// that call malloc), for the walk's first step and the segment tag's:
+// there the near rule has mostly been evicted by the program's work since
+// the last allocation. Eight: an interpreter takes turns among more than
+// four.
 inline constexpr int kFirstFrames = 8;
 struct alignas(64) FirstFrames {
     uint64_t pcs[kFirstFrames];  // ip of the frame; 0: empty
@@ -128,10 +119,11 @@ struct StackCache {
     FirstFrames first_frames;
     uint32_t local_next;  // the counter of the next local key (unwind.h)
     DefinedStack last_defined;
-    // `writes` when `last_defined` was last made from this cache's last stack,
-    // every frame of it in the ips handed on (not cut at the walk's max):
-    // while `writes` has not moved on, the frames a walk keeps of the last
-    // stack are the outermost ones of `last_defined` (define_local_key's `known`).
+    // `writes` when `last_defined` was last made from this cache's last
+    // stack, every frame of it in the ips handed on (not cut at the walk's
+    // max): while `writes` has not moved on, the frames a walk keeps of the
+    // last stack are the outermost ones of `last_defined`
+    // (define_local_key's `known`).
     uint64_t defined_writes;
     uint64_t by_caller[1u << kByCallerBits];
     int count;  // frames of the last stack, outermost first, so a new
@@ -144,8 +136,8 @@ struct StackCache {
     bool deep;
     CachedFrame frames[kMaxFrames];
     uint64_t sps[kMaxFrames];       // frames[i].frame.sp, densely, for the search by sp
-    // What the reuse of a stack reads, densely, for the ~12 frames reused
-    // on every allocation of an interpreter:
+    // What the reuse of a stack reads, densely, for the frames an
+    // interpreter reuses on every allocation:
     // [i]: link_holds(frames[i], frames[i - 1]), i >= 1; [0]: stop_check(),
     // which ends a run of checks down to the outermost frame without a
     // bound to compare.

@@ -10,9 +10,9 @@
 namespace heapsnap::recorder::unwinder {
 namespace {
 
-// Segment::rbp_unchecked_mask of the fresh frames of a walk. Their top frame's rbp,
-// if handed on, reaches the cached stack below, whose checks compare it:
-// never free.
+// Segment::rbp_unchecked_mask of the fresh frames of a walk. Their top
+// frame's rbp, if handed on, reaches the cached stack below, whose checks
+// compare it: never unchecked.
 uint32_t rbp_unchecked_mask_of(const CachedFrame* fresh, int count) {
     uint32_t mask = 0;
     bool above_needs = true;  // the caller of frames[i] depends on the rbp it gets
@@ -104,8 +104,7 @@ uint32_t segment_key(StackCache* c, const Frame& first, const FrameRule& first_r
 // frame with a new path while its bucket holds two of its segments already
 // (a wrapper such as xmalloc, called from everywhere at one depth) has its
 // segments tagged by caller from then on, spread over the buckets; the
-// others are not, which spares their lookups a step (python3 spent ~10 %
-// more recording with every tag by caller).
+// others are not, which spares their lookups a step.
 void keep_segment(StackCache* c, int fresh, int kept, uint32_t key) {
     if (kept < 0 || fresh < 1 || fresh > kSegmentFrames) return;
     for (int i = 0; i < fresh; ++i)
@@ -118,12 +117,9 @@ void keep_segment(StackCache* c, int fresh, int kept, uint32_t key) {
     uint64_t tag = segment_tag(first, by_caller ? caller_ip : 0);
     // A segment on the same path (the frames both have are the same: only
     // its join moved) is replaced; one that parts from it anywhere is
-    // another path, kept beside it. Replacing every segment that started
-    // with the same three frames made two paths that part below those
-    // evict each other: bash, looping over an associative array, reaches
-    // xmalloc through such pairs and walked for 1.41 M of its 4.2 M
-    // allocations; kept side by side, 161 000 (the small compile 368 000
-    // -> 333 000, python3 32 000 -> 25 000; tests/programs/shared_tops.c).
+    // another path, kept beside it: two paths that share their first
+    // frames and part below them would otherwise evict each other
+    // (tests/programs/shared_tops.c).
     auto same_path = [&](const Segment& sg) {
         for (int i = 0; i < fresh && i < sg.count; ++i)
             if (!same_segment_frame(sg, i, c->fresh[i].frame)) return false;

@@ -25,11 +25,9 @@ struct StackCache;
 // stack is the one keyed.
 // A bucket is chosen by the first frame, and by its caller's ip too for a
 // first frame many callers share (keep_segment): a compiler allocates
-// through a few wrappers (xmalloc, operator new: 22 first places on
-// cc1plus) from thousands of callers, and with the first frame alone they
-// all fell into a few buckets of four ways. 128 buckets keyed so: 410 000
-// walks of 1.2 M allocations there instead of 685 000 with 32 buckets
-// keyed by the first frame (580 000 with 32 keyed by caller as well).
+// through a few wrappers (xmalloc, operator new) from thousands of
+// callers, which by the first frame alone would all fall into a few
+// buckets of four ways.
 inline constexpr int kSegmentFrames = 8;
 inline constexpr int kSegmentOuter = 32;
 inline constexpr unsigned kSegmentBucketBits = 7;
@@ -49,12 +47,8 @@ struct SegmentFrame {
 static_assert(kSegmentFrames <= 8 && kMaxFrames <= 65535, "Segment::count, rbp_unchecked_mask and join fit");
 // What a lookup reads comes first, from a line's start: the 40 bytes a
 // hit compares before the frames, then 32 bytes a frame, so a hit of
-// three or four frames (python3's usual is three) reads the tag line and
-// three more. With whole frames and reads (48 bytes) behind a 56-byte
-// head it read four and five, and the capture took longer (TSC medians,
-// alternating runs): python3 173 ms against 204 (8 runs) and 182 against
-// 238 (10), the small compile 228 against 236 (8), 225 against 234 (12)
-// and 210 against 216 (8), perl 38 against 43, clang++ 257 against 256.
+// three or four frames (an interpreter's usual) reads the tag line and
+// three more.
 struct alignas(64) Segment {
     uint32_t key;   // 0: empty
     uint8_t count;  // frames, innermost first; frames[count - 1]'s caller is frames[join] of the last stack
@@ -76,13 +70,10 @@ struct alignas(64) Segment {
     // frames were rewritten since, equal ips still mean the same stack.
     // For a join deeper than kSegmentOuter, the ips of frames join down
     // to join - kSegmentOuter + 1 only, and the frames below those must
-    // not have been rewritten since (base_generation). A compiler's stacks
-    // run 40 to 70 frames deep, and a recursion rewrites the frames near
-    // its top and comes back to the same path: segments joined deeper
-    // than kSegmentOuter, which were not kept before, made 389 000 of
-    // clang++'s 486 000 walks. Kept so, clang++ (tools/bench's line)
-    // walks 320 000 times instead of 483 000, python3 (churn.py 100)
-    // 8 300 instead of 12 800; tests/programs/deep_paths.c shows it.
+    // not have been rewritten since (base_generation): a compiler's
+    // stacks run deeper than kSegmentOuter, and a recursion rewrites the
+    // frames near its top and comes back to the same path
+    // (tests/programs/deep_paths.c).
     uint64_t outer_ips[kSegmentOuter];
 };
 // The tags (a hash of the first frame; 0: empty) on one line, so a lookup
@@ -93,7 +84,7 @@ struct SegmentBucket {
 };
 
 // Of the first frame and its caller's ip (0: not tagged by caller),
-// without rbp, which may be free (Segment::rbp_unchecked_mask).
+// without rbp, which may go unchecked (Segment::rbp_unchecked_mask).
 inline uint64_t segment_tag(const Frame& first, uint64_t caller_ip) { return mix(mix(first.ip, first.sp), caller_ip) | 1; }
 
 // `f` is the segment's frames[i], but for an rbp the walk does not depend

@@ -85,10 +85,8 @@ bool readable(uint64_t first_sp, uint64_t from, uint64_t to);
 // be mapped: on the page of the frame's return-address slot below sp
 // (f.sp - 8, which the callee's call wrote), or within what is readable
 // from the walk's first frame (at `first_sp`). The rest goes to libunwind
-// (kLibunwindRule). node's V8 code (JIT code and builtins without CFI,
-// rbp chains throughout) sent 22 000 stacks a run there (tools/bench's
-// churn.js), a JVM's compiled code (rbp a register like any other) as
-// many as it allocated through it.
+// (kLibunwindRule). So JIT code without CFI that keeps rbp chains (node's
+// V8) is walked here, not handed to libunwind stack by stack.
 // One difference in kind: libunwind's trace cache decides for an address
 // once, the first time its thread meets it, and keeps that decision for
 // the frames met there later, whatever their rbp; the walk decides per
