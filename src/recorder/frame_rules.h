@@ -18,8 +18,8 @@
 // before it reads it. An undefined rip or rbp marks the outermost frame,
 // as libunwind's unw_step has it; so does a return address that no FDE
 // covers, where the frame's rbp is 0 (NoInfo: glibc's _dl_start_user,
-// below every shared library's constructors; on clang++, 4 338
-// allocations at startup went to libunwind for it). Where its rbp is not
+// below every shared library's constructors, which a program's startup
+// allocations pass through). Where its rbp is not
 // 0, libunwind guesses the caller by the frame pointer if rbp lies just
 // above the frame's sp and ends the stack otherwise, and so does the walk
 // (unwind_step.h, walk_rule): a JIT's code (node's V8) and hand-written
