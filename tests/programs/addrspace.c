@@ -1,5 +1,5 @@
 /* Address-space growth of known kinds between markers, for the
- * address-space summary (issue 4):
+ * address-space summary:
  *
  *   A -> B   3 threads started and kept waiting: Stack grows by 3 stacks
  *            and their guard pages (sizes printed as "stack=N guard=N").
