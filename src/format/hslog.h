@@ -21,8 +21,7 @@
 //   first-out within the info). The same code allocating and freeing the
 //   same kind of block writes the same bytes every time, which is what
 //   zstd needs: version 2's frees named reused block ids, whose sequence
-//   never repeats (Python object churn: 1.12 bytes an event in version 2,
-//   0.028 in version 3; heaptrack, which keeps the same model: 0.023).
+//   never repeats (formats/hslog.md, "Version 3").
 //   Per-call-site totals stay exact; which block of a site died is
 //   assumed LIFO (formats/hslog.md, "Allocation infos").
 // - Blocks of kAddressedAllocSize or more keep their address (AllocAt,
@@ -43,22 +42,17 @@
 //   byte the id (short records, 0x80-0xff). Version 3's tag byte plus a
 //   2-byte varint spread an id over three byte positions of very different
 //   distributions (the varint's second byte takes a few dozen values),
-//   which zstd's byte-wise Huffman stage codes poorly: on random ids (alloc_bench) 2.40 bytes an event after
-//   zstd in version 3, 2.17 in version 4 (heaptrack: 2.33); Python churn
-//   0.021 -> 0.018 (formats/hslog.md, "Version 4"). Larger ids keep the
-//   long form.
+//   which zstd's byte-wise Huffman stage codes poorly (formats/hslog.md,
+//   "Version 4"). Larger ids keep the long form.
 // - Version 5: a Marker's mallinfo2() numbers are preceded by a presence
 //   byte, and the exit marker leaves them out. mallinfo2 walks every free
-//   chunk malloc holds: a perl script that leaves about 200 000 of them
-//   spent 128 ms in it at exit, a third of what recording cost it.
+//   chunk malloc holds, which at exit can cost a program with many free
+//   chunks as much as recording it.
 // - Version 6: a Thread record for a thread index below 32 is one byte,
 //   the index in the tag (ShortThread, 0x50-0x6f). Two threads that
 //   allocate at once switch every few events (alloc_bench: before one
 //   event in seven), and version 5's tag plus varint there slowed zstd
-//   threefold: alloc_bench with 2 threads took 107 ms of the writer's
-//   CPU in zstd against 36 ms with one-byte switches (33 ms with one
-//   thread), and its log shrank from 2.13 to 2.01 bytes an event
-//   (formats/hslog.md, "Version 6").
+//   down and grew the log (formats/hslog.md, "Version 6").
 // - Version 7: a Marker's statistics byte may say 2, the statistics of
 //   another allocator than glibc's (jemalloc, tcmalloc, mimalloc: its kind,
 //   which fields it gives, then those).
@@ -109,9 +103,8 @@ inline constexpr uint64_t kAddressedAllocSize = 64 * 1024;
 // reader refuses frames announcing more than kMaxFramePayload (corrupt):
 // the writer's frame buffer holds a frame's payload plus one marker of at
 // most 8 MiB (writer.cpp, markers.cpp). 1 MiB: frames are independent, so
-// each one pays again for the first occurrence of every repeating pattern;
-// on churn 1 MiB frames make the log 27% smaller than 256 KiB ones
-// (formats/hslog.md, "Version 3").
+// each one pays again for the first occurrence of every repeating pattern,
+// which larger frames pay less often (formats/hslog.md, "Version 3").
 inline constexpr uint32_t kFramePayload = 1024 * 1024;
 inline constexpr uint32_t kMaxFramePayload = 16 * 1024 * 1024;
 

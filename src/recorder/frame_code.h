@@ -9,14 +9,11 @@
 //   into another far away, as libc's into main: a frame or two a stack).
 // Little-endian, as the recorder only runs on x86-64.
 //
-// Why: return addresses of one module lie within a few MiB of each other.
-// On a compiler's stacks (cc1plus -O2: 87 000 stacks, 3.6 M frames) half
-// the frames take 2 bytes and most others 4: 3.3 bytes a frame with the
-// record header's share, against 8 raw. Varints took 2.8, but a frame of
-// this code decodes without a loop or a branch on its width, and the
-// table's lookups (which compare a stack frame by frame) took 198 M
-// instead of 475 M instructions on that compile (cachegrind): 8 % of the
-// recorder's, for 1.2 MiB.
+// Why: return addresses of one module lie within a few MiB of each other,
+// so on a compiler's stacks most frames take 2 or 4 bytes instead of 8.
+// Varints would be a little smaller, but a frame of this code decodes
+// without a loop or a branch on its width, and the stack table's lookups
+// compare stacks frame by frame (figures: docs/bench-history.md).
 #pragma once
 
 #include <cstddef>

@@ -413,7 +413,7 @@ const uint8_t* find_fde(const uint8_t* hdr, uint64_t pc) {
 // the caller of every shared library's constructors, is such code.
 // Anything else it guesses by the frame-pointer chain if rbp lies just
 // above the frame's sp, and ends the stack at otherwise; the walk does the
-// same where it can prove the reads safe (unwind.cpp, walk_rule) and
+// same where it can prove the reads safe (unwind_step.h, walk_rule) and
 // leaves the guess to libunwind elsewhere. So NoInfo: the walk decides per
 // frame.
 // The code is read here, once per address: the 16 bytes at the return

@@ -18,11 +18,11 @@
 // before it reads it. An undefined rip or rbp marks the outermost frame,
 // as libunwind's unw_step has it; so does a return address that no FDE
 // covers, where the frame's rbp is 0 (NoInfo: glibc's _dl_start_user,
-// below every shared library's constructors; on clang++, 4 338
-// allocations at startup went to libunwind for it). Where its rbp is not
+// below every shared library's constructors, which a program's startup
+// allocations pass through). Where its rbp is not
 // 0, libunwind guesses the caller by the frame pointer if rbp lies just
 // above the frame's sp and ends the stack otherwise, and so does the walk
-// (unwind.cpp, walk_rule): a JIT's code (node's V8) and hand-written
+// (unwind_step.h, walk_rule): a JIT's code (node's V8) and hand-written
 // assembly have no CFI but keep rbp chains; a JVM's compiled code keeps
 // other data in rbp.
 // Like the rest, this follows libunwind as Debian builds it for x86-64,
@@ -59,7 +59,7 @@ struct FrameRule {
     // none), which is neither a PLT entry nor a signal trampoline; the
     // frame is the outermost if its rbp is 0 (libunwind's end of the frame
     // chain) or out of the range in which libunwind guesses its caller by
-    // rbp, and stepped by rbp otherwise (unwind.cpp, walk_rule).
+    // rbp, and stepped by rbp otherwise (unwind_step.h, walk_rule).
     enum Kind : uint8_t { Step, Outermost, Unsupported, NoInfo };
     // Where a value lives: Cfa, Rsp, Rbp name the base of an address
     // (base + offset is read); Same keeps the callee's rbp.

@@ -289,9 +289,9 @@ bool recall_program_frames(const void* record, const uint64_t* ips, int n) {
 
 // Hands ips[0..n), cut the same way, to the writer to intern (unwind.h,
 // "Local keys"): the frames that differ from the outer part of `last`, the
-// stack handed on before, which it then becomes. On a compile, a stack
-// shares most of its 41 frames with the one before; the `known` ones are
-// not compared, where neither stack was cut.
+// stack handed on before, which it then becomes. A stack shares most of
+// its frames with the one before; the `known` ones are not compared,
+// where neither stack was cut.
 bool define_program_frames(const uint64_t* ips, int n, uint64_t hash, uint32_t local, uint32_t known,
                            DefinedStack& last) {
     uint32_t kept = kept_frames(n);
@@ -457,7 +457,7 @@ struct StartArgs {
 // changing the program's address space.
 constexpr size_t kStartArgsPool = 1024;
 // constinit: a thread started from a library's constructor, before the
-// recorder's own, keeps its slot (unwind.cpp, PoolSlot).
+// recorder's own, keeps its slot (unwind_cache.cpp, PoolSlot).
 constinit StartArgs g_start_args[kStartArgsPool];
 std::atomic<size_t> g_start_args_next{0};
 

@@ -56,7 +56,7 @@ void report_stack_verification();
 // in its thread): a thread that owns its stack cache hands
 // every stack on after its first event, so a count in the threads much
 // above the number of threads says a cache was lost (as in the pool's
-// run-time initializer, unwind.cpp, PoolSlot).
+// run-time initializer, unwind_cache.cpp, PoolSlot).
 void note_writer_interned();
 void report_stack_interning();
 

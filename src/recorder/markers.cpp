@@ -100,9 +100,8 @@ uint32_t take_marker(hslog::MarkerCause cause, const char* label) {
         uint64_t held = raw_mapped_bytes();
         w.varint(held > kPayloadBytes + kScratchBytes ? held - kPayloadBytes - kScratchBytes : 0);
         // mallinfo2 walks every free chunk malloc holds, which the exit
-        // marker would add to every recorded run's time (128 ms, a third of
-        // the recording's cost, on a perl script leaving about 200 000):
-        // only the markers asked for carry it.
+        // marker would add to every recorded run's time (formats/hslog.md,
+        // "Version 5"): only the markers asked for carry it.
         // Another allocator's statistics cost a few lookups: every marker
         // has them. glibc's are never shown for another allocator's heap.
         hslog::AllocatorStats stats;

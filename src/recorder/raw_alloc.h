@@ -28,11 +28,8 @@ void* raw_map_populated(size_t bytes);
 // and advised for transparent huge pages (small pages where the kernel has
 // none or THP is off) before it is written in full. Never unmapped. For
 // tables a big program makes the recorder read at random, populated
-// anyway: the stack table's slots (4 MiB on a compile of 90 000 stacks),
-// whose lookups stalled on the TLB with small pages (a nested page walk in
-// a VM). With the slots and the records on huge pages, the table's code
-// took 13 % fewer of the compiler thread's samples (three paired perf
-// runs); wall time moved within the runs' spread. A fault there may wait
+// anyway: the stack table's slots, whose lookups stall on the TLB with
+// small pages (a nested page walk in a VM). A fault there may wait
 // for the kernel to compact memory into a huge page (THP defrag
 // "madvise"): a few such faults a process.
 inline constexpr size_t kHugePage = 2u << 20;

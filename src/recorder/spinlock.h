@@ -6,14 +6,10 @@
 // re-enters the recorder on the holder's thread would wait for the holder
 // for ever, and one that leaves by siglongjmp would leave it held.
 //
-// Why spin: when the writer began to encode new stacks' Stack records
-// under the metadata lock, which inserting a stack then took too, a
-// compiler interning 87 000 stacks met it held often, and its thread
-// yielded about 10 000 times a run (75 before), each yield a syscall: the
-// kernel's share of its samples rose as much as the recorder's fell.
-// Spinning first took them to 43 to 410 a run (and the writer's to about
-// 1 200); inserting under a lock of its own (stack_table.h) took both to
-// none.
+// Why spin: the locks are held for short stretches, and a waiter that
+// yields at once makes a syscall each time it meets one held, which costs
+// a thread that meets them often (a compiler interning many stacks) more
+// than the wait.
 // With one CPU to run on, the holder cannot let go while a waiter spins:
 // then there is no spinning (set_spin_rounds).
 //

@@ -18,15 +18,13 @@
 //
 // A lookup touches two places: its slot, which holds the stack's full
 // 64-bit tag beside a pointer to its record, and the record, whose frames
-// follow its header. On a compiler (cc1plus -O2: 87 000 stacks of 41
-// frames on average, looked up 530 000 times past the unwinder's
-// per-thread memo) an indirection more was a cache miss more per lookup.
+// follow its header. A program with many stacks misses the cache on each
+// of them, so an indirection more would be a cache miss more per lookup.
 //
 // Memory: a record keeps its frames delta-encoded, innermost first, in 2,
 // 4 or 9 bytes each (frame_code.h): return addresses of one module lie
-// within a few MiB of each other. On that compiler the table's frames went
-// from 28.7 MiB (8 bytes a frame) to 12.0 MiB, most of the recorder's
-// memory there. Plus 16 bytes of table per slot (at most half of them
+// within a few MiB of each other, so most frames take 2 or 4 bytes, not
+// 8: on a compiler the frames are most of the recorder's memory. Plus 16 bytes of table per slot (at most half of them
 // used) and 8 per id.
 #pragma once
 

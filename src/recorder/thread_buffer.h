@@ -20,8 +20,8 @@
 // the merge is final.
 //
 // The raise must be ordered before the clock read as the writer sees it.
-// A locked instruction on every event does that but costs ~20 ns, a fifth
-// of an event's whole cost. So the fence is asymmetric where the kernel
+// A locked instruction on every event does that, at a large share of an
+// event's cost. So the fence is asymmetric where the kernel
 // offers it (membarrier, Linux 4.14): producers raise in_flight with a
 // plain store, and the writer, after reading its clock, runs
 // membarrier(PRIVATE_EXPEDITED), which executes a full barrier on every
@@ -34,9 +34,7 @@
 // One ring. The watermark only keeps rings from overtaking each other: a
 // ring's own events leave in the order they were written. So while the
 // registry holds one ring, the writer skips the membarrier, an IPI to the
-// program's CPU at every round (measured on cc1plus: a tenth of the
-// recording overhead, in the writer's kernel time and the interrupted
-// thread). An event of that ring still in flight then may be stamped
+// program's CPU at every round. An event of that ring still in flight then may be stamped
 // below the writer's clock and come out in a later round, after the
 // events emitted now, which precede it in the ring. A ring registered
 // after the writer's scan stamps its events after the writer's clock read:
@@ -51,11 +49,11 @@
 // reader would need unbounded lookahead).
 //
 // One thread. The stamp's lfence (clock.h) orders it after the allocator's
-// memory accesses, which only matters against another thread's events; it
-// costs about a tenth of an event. So until a second ring is ever created
-// a process stamps with a bare rdtsc, and an allocation or a free even
-// reuses the thread's last reading while the writer's stamp tick has not
-// moved: rdtsc alone costs ~10 ns on an AMD EPYC VM, a fifth of a free.
+// memory accesses, which only matters against another thread's events. So
+// until a second ring is ever created a process stamps with a bare rdtsc,
+// and an allocation or a free even reuses the thread's last reading while
+// the writer's stamp tick has not moved (rdtsc alone is a large share of
+// a free).
 // The writer moves the tick at least every 0.5 ms while it is awake for
 // busy rings, and marks it stale before a longer sleep, before compressing
 // and writing a frame, and when it stops (stamp_tick_*); with a stale tick
@@ -67,8 +65,9 @@
 // ordered stamps before its own first stamp, and any event of the first
 // thread that depends on one of the new thread's (it reuses a block the
 // new thread freed, or frees one it allocated) reads the switch after
-// observing that event, so it is stamped in order too. Events of the first thread that depend on none are
-// concurrent, and any order of them is a true one.
+// observing that event, so it is stamped in order too. Events of the
+// first thread that depend on none are concurrent, and any order of them
+// is a true one.
 //
 // A signal handler that allocates while the thread is inside a hook writes
 // its slot next to the interrupted one; only the outermost event publishes,
@@ -137,9 +136,8 @@ inline uint64_t* stack_def_ips(Slot& s) { return &s.addr; }
 inline const uint64_t* stack_def_ips(const Slot& s) { return &s.addr; }
 
 // 640 KiB a ring. The writer cannot drain while it compresses a frame
-// (1 MiB of records, ~3 ms); a ring must hold what a busy thread produces
-// meanwhile. With 8192 slots python3 (tools/bench) waited for room about
-// 120 times a run, with 16384 about 10.
+// (1 MiB of records); a ring must hold what a busy thread produces
+// meanwhile, or the thread waits for room.
 inline constexpr uint64_t kRingSlots = 16384;
 // Room kept free for slots written by signal handlers nested in a hook.
 inline constexpr uint64_t kNestedReserve = 16;
@@ -190,24 +188,12 @@ void wait_for_room(ThreadRing& ring, uint64_t needed);
 extern bool g_prefetchw;
 }  // namespace append_state
 
-// How far ahead of the slot being filled the ring's line is fetched, and
-// fetched for writing. The writer read that line when the ring last came
-// round, so the line sits in the writer's core's cache too, and the slot
-// store must take it back. A plain prefetch (what __builtin_prefetch(p, 1)
-// is on the baseline x86-64 target) brings it in shared, and the store
-// still waits for the other core to drop it; stores queue behind it until
-// the store buffer is full and the program's own code waits (perf charged
-// it to glibc's malloc and free: ten and six times their bare samples).
-// PREFETCHW takes the line exclusive ahead of time. How much that
-// matters depends on the distance between the two vCPUs: with two vCPUs
-// on cores ~250 ns apart (a line's round trip, tools/bench-programs/
-// line_trip.c: 450 to 520 ns), python3 on churn.py took 1.0 to 1.16 s
-// recorded with the plain prefetch and 0.57 to 0.66 s with PREFETCHW (8
-// alternating pairs, the bare run 0.25 s); perl 1.34 to 1.76 against
-// 1.39 to 1.52. On cores close together (an earlier machine) it measured
-// no different. A CPU without PREFETCHW keeps the plain prefetch: the
-// choice is made once (order_publication_init) and costs one predictable
-// branch.
+// How far ahead of the slot being filled the ring's line is fetched, for
+// writing: the writer read that line when the ring last came round, and a
+// plain prefetch would bring it in shared, so the slot store would still
+// wait for the writer's core to drop it. PREFETCHW takes it exclusive; a
+// CPU without it keeps the plain prefetch (g_prefetchw, chosen once).
+// Figures: docs/bench-history.md.
 inline constexpr uint64_t kPrefetchSlots = 32;
 
 inline void prefetch_slot(ThreadRing& ring, uint64_t index) {
@@ -303,9 +289,8 @@ bool emit_slow(const Slot& slot);
 // Appends one event for the calling thread, stamping it now; fill(Slot&)
 // writes its fields (all but ts and thread). Returns false only when the
 // recorder is not running. The slot is written where it will stay: a slot
-// built on the stack and copied costs two store-forwarding stalls (a
-// fifth of a free's whole cost on python3), as 16-byte loads read fields
-// just written with narrower stores.
+// built on the stack and copied costs two store-forwarding stalls, as
+// 16-byte loads read fields just written with narrower stores.
 // `t`: the calling thread's state (hook_state in a hook, else thread_state).
 template <class Fill>
 __attribute__((always_inline)) inline bool emit_with(ThreadState& t, Fill&& fill) {

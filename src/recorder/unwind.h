@@ -1,23 +1,11 @@
 // The stack of the calling thread, for the recorder's hooks: return
 // addresses, innermost first, exactly those libunwind's unw_backtrace
-// reports, without the frames of the recorder itself.
-//
-// Each frame is stepped with its CFI rule (frame_rules.h); a thread's
-// stack cache keeps its last stack and the segments above it, and reuses
-// a frame only when the words its step read are unchanged, so a reused
-// stack is the stack a full unwind gives. A frame no rule covers sends
-// the whole stack to unw_backtrace. A thread that owns a cache hands the
-// stacks it walks to the writer under a local key (below) instead of
-// interning them itself. The design, a picture, a glossary and the
-// rejected alternatives: docs/design/stack-capture.md.
-//
-// The caches: a pool of kStackCaches. A recording thread owns the lowest
-// free one until its exit hook; a thread past its exit hook, or a signal
-// handler interrupting a walk, borrows a free one for one walk (an atomic
-// flag), so no two users ever share one. More recording threads than
-// caches walk without one (slower, same stacks). A freed cache waits for
-// the next thread; past 8 free ones an exiting thread unmaps its own, so
-// the memory follows the threads alive, not every thread there was.
+// reports, without the frames of the recorder itself. A thread that owns
+// a stack cache hands the stacks it walks to the writer under a local key
+// (below) instead of interning them. How it is done and why:
+// docs/design/stack-capture.md; the parts: unwind_step.h (one step),
+// unwind_cache.h (the per-thread caches and their pool),
+// unwind_segments.h (segments), unwind.cpp (the walk).
 #pragma once
 
 #include <cstdint>
@@ -33,7 +21,7 @@ namespace heapsnap::recorder {
 // frames are walked, those left out included. Returns the count.
 int unwind_stack(uint64_t* ips, int max);
 
-// What a stack cache keeps of the last stack it handed on (define), and
+// What a stack cache keeps of the last stack it handed on (define_local_key), and
 // the writer of the last it took from that cache, to carry only the frames
 // a stack does not share with the one before (a walk rewrites the top of
 // the last stack): its n frames, right-aligned, innermost first, in
@@ -47,33 +35,34 @@ struct DefinedStack {
     uint64_t ips[kDefinedRoom];
 };
 
-// What unwind_stack_key hands a stack to. key(ips, n, hash, &token)
+// What unwind_stack_key hands a stack to. intern_now(ips, n, hash, &token)
 // returns its key; hash is stack_hash(ips, n), mostly kept per frame by
-// the cache, not taken again. prepare(hash), if not null, is called as
-// soon as the hash is known, before the cache is brought up to date and
-// the memo looked at, so that a lookup by key can start early (a
-// prefetch). The memo of recent stacks keeps, per stack, its key and the
-// token key set: recall(token, ips, n) says whether ips[0..n) gets that
-// key again (the recorder's token is the stack's record in the stack
-// table). recall only sees tokens of nonzero keys, which are remembered;
-// without recall there is no memo.
+// the cache, not taken again. prefetch_intern(hash), if not null, is
+// called as soon as the hash is known, before the cache is brought up to
+// date and the memo looked at, so that intern_now's lookup by hash can
+// start early (a prefetch). The memo of recent stacks keeps, per stack,
+// its key and the token intern_now set: memo_matches(token, ips, n) says
+// whether ips[0..n) is the stack behind that token, and so gets its key
+// again (the recorder's token is the stack's record in the stack table).
+// memo_matches only sees tokens of nonzero keys, which are remembered;
+// without it there is no memo.
 struct StackKeyer {
-    uint32_t (*key)(uint64_t* ips, int n, uint64_t hash, const void** token);
-    void (*prepare)(uint64_t hash);
-    bool (*recall)(const void* token, const uint64_t* ips, int n);
-    // If not null: hands ips[0..n) (hash as for key) to be keyed later
-    // under the local key `local` (below), instead of key() now; false if
-    // it cannot, and key() is called. `last` is the stack the cache handed
-    // on last (DefinedStack), for define to keep up to date. If `last` is
-    // whole, its outermost `known` frames are known to be those of
-    // ips[0..n) (the frames the walk kept of the cache's last stack, which
-    // `last` was): define need not compare them.
-    bool (*define)(const uint64_t* ips, int n, uint64_t hash, uint32_t local, uint32_t known,
-                   DefinedStack& last) = nullptr;
+    uint32_t (*intern_now)(uint64_t* ips, int n, uint64_t hash, const void** token);
+    void (*prefetch_intern)(uint64_t hash);
+    bool (*memo_matches)(const void* token, const uint64_t* ips, int n);
+    // If not null: hands ips[0..n) (hash as for intern_now) to be interned
+    // later under the local key `local` (below), instead of intern_now;
+    // false if it cannot, and intern_now is called. `last` is the stack the
+    // cache handed on last (DefinedStack), which define_local_key keeps up
+    // to date. If `last` is whole, its outermost `known` frames are known
+    // to be those of ips[0..n) (the frames the walk kept of the cache's
+    // last stack, which `last` was): they need not be compared.
+    bool (*define_local_key)(const uint64_t* ips, int n, uint64_t hash, uint32_t local, uint32_t known,
+                             DefinedStack& last) = nullptr;
 };
 
 // Local keys. A thread that owns its stack cache does not intern the
-// stacks it walks: keyer.define hands each walked stack on (the recorder
+// stacks it walks: keyer.define_local_key hands each walked stack on (the recorder
 // appends it to the thread's ring, and the writer interns it there) under
 // a key of the cache's own, which the segments and the last stack keep
 // like any other.
@@ -93,9 +82,9 @@ inline bool is_local_key(uint32_t key) { return (key & kLocalKey) != 0 && key !=
 inline uint32_t local_key_cache(uint32_t key) { return (key >> 24) & (kStackCaches - 1); }
 inline uint32_t local_key_index(uint32_t key) { return key & (kLocalWindow - 1); }
 
-// Unwinds like unwind_stack and returns keyer.key for the stack; for a
-// stack the memo holds (recall says so), the earlier result without
-// calling key. key must depend on ips, n and max only, and may change
+// Unwinds like unwind_stack and returns keyer.intern_now for the stack;
+// for a stack the memo holds (memo_matches says so), the earlier result
+// without calling it. intern_now must depend on ips, n and max only, and may change
 // ips; a 0 result is not remembered. ips gets at most max frames, though
 // the walk may go on past them for the cache (unwind.cpp, walk). `from`,
 // if not null, is the frame address of a function of this module (built

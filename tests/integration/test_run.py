@@ -339,7 +339,7 @@ class RunTest(HeapsnapTest):
 
 
 class HeaptrackAgreementTest(HeapsnapTest):
-    """The issue's acceptance check: for Debian's python3 printing 1, the
+    """The acceptance check: for Debian's python3 printing 1, the
     exit marker's live blocks are heaptrack's leaked allocations, and its
     live bytes heaptrack's leaked plus suppressed bytes (which heaptrack_print
     rounds to three digits)."""

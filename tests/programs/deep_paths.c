@@ -1,6 +1,6 @@
 /* deep_paths — allocations at the bottom of a recursion 40 frames deep,
  * for the stack cache's segments that join the last stack deeper than 32
- * frames (src/recorder/unwind.cpp, Segment::outer_ips). Each of ROUNDS
+ * frames (src/recorder/unwind_segments.h, Segment::outer_ips). Each of ROUNDS
  * rounds, at the bottom of `descend`'s recursion:
  *   1. a malloc through path_x1..3;
  *   2. a malloc through path_y1..3, same recursion: its walk joins the last

@@ -5,7 +5,7 @@
  *   1. a malloc through via_a, then through_2, through_1, leaf;
  *   2. the same through via_b.
  * Each walk joins the last stack at main's frame (the other path's) and
- * keeps its four frames as a segment (src/recorder/unwind.cpp,
+ * keeps its four frames as a segment (src/recorder/unwind_segments.cpp,
  * keep_segment). The two segments start with the same three frames; kept
  * side by side, both hold from round 2 on and no allocation walks. While a
  * segment replaced any other that started with the same three frames,

@@ -85,7 +85,7 @@ std::vector<std::vector<uint64_t>> g_keyed;
 long g_key_calls = 0;
 long g_wrong_hashes = 0;  // key handed a hash other than stack_hash of its frames
 
-// The token is the key itself: recall compares with the stack it names.
+// The token is the key itself: memo_matches compares with the stack it names.
 const void* token_of(uint32_t key) { return reinterpret_cast<const void*>(uintptr_t{key}); }
 uint32_t key_of(const void* token) { return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(token)); }
 
@@ -103,12 +103,12 @@ uint32_t intern(uint64_t* ips, int n, uint64_t hash, const void** token) {
     return static_cast<uint32_t>(g_keyed.size());
 }
 
-bool recall(const void* token, const uint64_t* ips, int n) {
+bool memo_matches(const void* token, const uint64_t* ips, int n) {
     return g_keyed.at(key_of(token) - 1) == std::vector<uint64_t>(ips + 1, ips + n);
 }
 
 // Local keys (unwind.h): with g_local_keys, the keyer hands walked stacks
-// on (define) as the recorder does, and they are kept as its writer keeps
+// on (define_local_key) as the recorder does, and they are kept as its writer keeps
 // them, by local_key_index, a newer key overwriting an older one.
 bool g_local_keys = false;
 struct Defined {
@@ -117,17 +117,17 @@ struct Defined {
 };
 std::vector<Defined> g_defined(kLocalWindow);
 long g_define_calls = 0;
-// The stack handed on before, whole, and how often define was told that
+// The stack handed on before, whole, and how often define_local_key was told that
 // outer frames of the next were known to be its (unwind.h, `known`), and
 // told so wrongly.
 std::vector<uint64_t> g_last_defined;
 long g_known_calls = 0;
 long g_wrong_known = 0;
 
-// (The recorder's define carries only the frames that differ from `last`;
+// (The recorder's define_local_key carries only the frames that differ from `last`;
 // the integration tests check that, with the writer's side.)
-bool define(const uint64_t* ips, int n, uint64_t hash, uint32_t local, uint32_t known,
-            heapsnap::recorder::DefinedStack&) {
+bool define_local_key(const uint64_t* ips, int n, uint64_t hash, uint32_t local, uint32_t known,
+                      heapsnap::recorder::DefinedStack&) {
     ++g_define_calls;
     if (hash != heapsnap::recorder::stack_hash(ips, static_cast<uint32_t>(n))) ++g_wrong_hashes;
     if (known) {
@@ -142,7 +142,8 @@ bool define(const uint64_t* ips, int n, uint64_t hash, uint32_t local, uint32_t 
 }
 
 StackKeyer keyer() {
-    return g_local_keys ? StackKeyer{intern, nullptr, recall, define} : StackKeyer{intern, nullptr, recall};
+    return g_local_keys ? StackKeyer{intern, nullptr, memo_matches, define_local_key}
+                        : StackKeyer{intern, nullptr, memo_matches};
 }
 
 // Whether `key` names `expected`: the stack keyed so, or defined so if no
@@ -189,7 +190,7 @@ __attribute__((noinline)) uint32_t compare_key_from_frame() {
 
 // Two more places to allocate from, taken in turn on the same stack, as an
 // interpreter does: the unwinder keeps what it walked above the shared
-// part per place (unwind.cpp, Segment) and must still hand out exact keys.
+// part per place (unwind_segments.h, Segment) and must still hand out exact keys.
 __attribute__((noinline)) void key_site_a() {
     compare_key_from_frame();
     g_sink = 1;
@@ -205,7 +206,7 @@ __attribute__((noinline)) void key_site_b() {
 // Calls fn(arg) with `rbp` in rbp, as code that keeps data in rbp does. Its
 // CFI saves the caller's rbp and restores it, so the walk does not depend
 // on the value in between: the unwinder does not compare it when it reuses
-// a segment (unwind.cpp, Segment::bp_free), and the keys must stay exact.
+// a segment (unwind_segments.h, Segment::rbp_unchecked_mask), and the keys must stay exact.
 extern "C" void heapsnap_test_call_with_rbp(void (*fn)(int), int arg, uint64_t rbp);
 asm(R"(
     .text
@@ -245,7 +246,7 @@ uint64_t rbp_data_value() {
 // first frame of the walk holds data in rbp.
 __attribute__((noinline)) void compare_key_under_rbp_data(int) {
     uint64_t ips[kMax];
-    uint32_t key = unwind_stack_key(ips, g_key_max, {intern, nullptr, recall}, __builtin_frame_address(0));
+    uint32_t key = unwind_stack_key(ips, g_key_max, {intern, nullptr, memo_matches}, __builtin_frame_address(0));
     std::vector<uint64_t> theirs = libunwind_stack();
     std::vector<uint64_t> expected = expected_key_stack(theirs, 2);
     ++g_key_tally.checks;
@@ -465,7 +466,7 @@ TEST_CASE("unwind_stack_key with local keys: every stack walked handed on, and n
     CHECK(g_key_tally.mismatches == 0);
     CHECK(g_wrong_hashes == 0);
     // Most walks keep the outer part of the stack before, whose frames
-    // define is then told it need not compare: rightly every time.
+    // define_local_key is then told it need not compare: rightly every time.
     CHECK(g_known_calls > g_define_calls / 2);
     CHECK(g_wrong_known == 0);
     // This thread owns its cache: what it walks is handed on (keyed on the
@@ -766,7 +767,7 @@ uint32_t intern_locked(uint64_t* ips, int n, uint64_t, const void** token) {
     return key;
 }
 
-bool recall_locked(const void* token, const uint64_t* ips, int n) {
+bool memo_matches_locked(const void* token, const uint64_t* ips, int n) {
     pthread_mutex_lock(&g_thread_keys_lock);
     bool same = g_thread_keyed.at(key_of(token) - 1) == std::vector<uint64_t>(ips + 1, ips + n);
     pthread_mutex_unlock(&g_thread_keys_lock);
@@ -775,7 +776,8 @@ bool recall_locked(const void* token, const uint64_t* ips, int n) {
 
 __attribute__((noinline)) void thread_key_compare(Tally& tally) {
     uint64_t ips[kMax];
-    uint32_t key = unwind_stack_key(ips, kMax, {intern_locked, nullptr, recall_locked}, __builtin_frame_address(0));
+    uint32_t key =
+        unwind_stack_key(ips, kMax, {intern_locked, nullptr, memo_matches_locked}, __builtin_frame_address(0));
     std::vector<uint64_t> theirs = libunwind_stack();
     std::vector<uint64_t> expected(theirs.begin() + 2, theirs.end());
     pthread_mutex_lock(&g_thread_keys_lock);
