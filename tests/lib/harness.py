@@ -103,11 +103,11 @@ class Growth:
     """tests/programs/growth in its interactive mode under `heapsnap run`:
     send a command, get its one-line answer (see growth.c)."""
 
-    def __init__(self, test, *run_options):
+    def __init__(self, test, *run_options, env=None):
         self.test = test
         self.proc = subprocess.Popen([HEAPSNAP, "run", *run_options, "--", program("growth")], cwd=test.tmp,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, bufsize=1)
+                                     text=True, bufsize=1, env=dict(os.environ, **(env or {})))
         test.addCleanup(self.kill)
         ready = self.proc.stdout.readline()
         m = re.match(r"ready pid=(\d+)$", ready.strip())

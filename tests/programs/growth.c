@@ -11,6 +11,8 @@
  *                      phase2      -> "phase2 done"
  *                      mark LABEL  -> "marked LABEL <r>"  (r = heapsnap_marker(LABEL):
  *                                     1 recorded, 0 not recorded)
+ *                      churn N     -> "churned N": N x (malloc(64), free) at
+ *                                     the churn site, which nets nothing
  *                      quit / EOF  -> "bye", exit 0
  *                      other       -> "unknown command"
  *                    A test can take `heapsnap snapshot PID` between the
@@ -172,6 +174,12 @@ static int interactive(void) {
             char index[32];
             snprintf(index, sizeof index, " %d", heapsnap_marker(line + 5));
             say("marked ", line + 5, index);
+        } else if (strncmp(line, "churn ", 6) == 0) {
+            int times = atoi(line + 6), saved = n_churn;
+            n_churn = times;
+            churn();
+            n_churn = saved;
+            say("churned ", line + 6, "");
         } else if (strcmp(line, "quit") == 0) {
             break;
         } else {
