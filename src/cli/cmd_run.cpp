@@ -131,6 +131,13 @@ private:
         }
         for (auto& [path, keeper] : keepers_) {
             if (!keeper) continue;
+            // A log handed to another user (a privilege drop) is theirs
+            // to checkpoint: a checkpoint of ours they would not trust.
+            struct stat st;
+            if (stat(path.c_str(), &st) != 0 || st.st_uid != geteuid()) {
+                keeper.reset();
+                continue;
+            }
             try {
                 if (!keeper->refresh()) keeper.reset();
             } catch (const Error&) {
