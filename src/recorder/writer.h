@@ -23,9 +23,9 @@
 
 namespace heapsnap::recorder {
 
-// Creates the log file from the configured pattern (O_EXCL, O_NOFOLLOW,
-// mode 0600, O_RDWR | O_APPEND) and writes the header and the process
-// record. False (with a diagnostic) if the file cannot be created.
+// Creates the log file from the configured pattern (log_file.h: O_EXCL,
+// O_NOFOLLOW, mode 0600, O_RDWR | O_APPEND) and writes the header and the
+// process record. False (with a diagnostic) if the file cannot be created.
 bool writer_open();
 bool writer_start_thread();
 bool writer_running();
