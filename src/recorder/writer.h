@@ -4,7 +4,7 @@
 // 50 ms, merges the rings in time order (see thread_buffer.h), prefixes the
 // round with queued metadata, interns the stacks threads handed on
 // (StackDef slots, unwind.h "Local keys") and names their events' stacks
-// by the ids, encodes records into a frame buffer and
+// by the ids, encodes records into a frame buffer (record_encoder.h) and
 // writes each 1 MiB of records as one zstd frame. A frame is also cut
 // whenever 100 ms passed since the last write and something is pending, and
 // right after a marker, so a SIGKILL loses at most the last 100 ms of events
