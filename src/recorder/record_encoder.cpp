@@ -71,11 +71,11 @@ int64_t advance_addr(uint64_t addr) {
     return delta;
 }
 
-// Stack records encoded per hold of the metadata lock (a record of a
-// compile's 41-frame stacks is about 2 800 instructions). Program threads
-// take that lock only for a marker or a module loaded or unloaded since
-// the last scan (inserting a stack has its own lock, stack_table.h), so
-// the holds need not be short, only bounded.
+// Stack records encoded per hold of the metadata lock (a record of a deep
+// stack takes thousands of instructions). Program threads take that lock
+// only for a marker or a module loaded or unloaded since the last scan
+// (inserting a stack has its own lock, stack_table.h), so the holds need
+// not be short, only bounded.
 constexpr uint32_t kStacksPerHold = 32;
 
 }  // namespace
@@ -127,9 +127,9 @@ uint32_t g_highest_defined = 0;  // the highest stack id a StackDef has had
 // The stacks StackDefs named lately, by hash: a stack met again is checked
 // against its record (stack_id_of) instead of looked up in the stack
 // table, whose slots and records are far larger than the caches (the
-// program's threads kept such a memo when they interned). On this 2-vCPU
-// VM the writer's cycles are not free: a busy loop on the other vCPU slows
-// a compile by a quarter.
+// program's threads kept such a memo when they interned). The writer's
+// cycles are not free: on a machine of few cores they are taken from the
+// program's.
 struct RecentStack {
     uint64_t hash;
     const void* record;

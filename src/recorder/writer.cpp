@@ -78,11 +78,10 @@ size_t g_compressed_capacity = 0;
 ZSTD_CCtx* g_zstd = nullptr;
 // A full frame is compressed a piece at a time between the writer's
 // rounds, while the next one fills the other buffer: compressed at once
-// (1 MiB, ~3 ms) it kept the writer from draining the rings meanwhile,
-// and a thread allocating as fast as python3 (17 M events/s, a ring's
-// 16 384 slots in 1 ms) filled its ring and waited for room: about a
-// tenth of python3's recording overhead. The frame on disk is the same
-// zstd frame (its size pledged, so its header states it).
+// it kept the writer from draining the rings for milliseconds, long
+// enough for a thread that allocates fast to fill its ring and wait for
+// room. The frame on disk is the same zstd frame (its size pledged, so
+// its header states it).
 constexpr size_t kCompressPiece = 128u << 10;
 uint8_t* g_spare_frame = nullptr;
 struct Compressing {
@@ -124,8 +123,8 @@ void* g_writer_stack = nullptr;
 // may be recording its first event, which starts it again. Without the
 // lock the start could replace g_thread between the stop's flag and its
 // join, and the stop joined a writer that was never told to stop: the
-// program hung at exit or its log lost the End record (tests/stress
-// main_exit, 8 of 80 runs beside a CPU burner).
+// program hung at exit or its log lost the End record (tests/stress,
+// main_exit).
 SpinLock g_thread_lock;
 std::atomic<int> g_wake_fd{-1};
 
@@ -444,7 +443,7 @@ void* writer_main(void*) {
         }
         if (compressing) timeout_ns = 0;  // the rest of the frame after the next round
         // A busy writer wakes every stamp tick: accept4 on every wake was
-        // a failed syscall per round (3 500 on a 2 s compile).
+        // a failed syscall per round.
         if (wait_for_work(timeout_ns) || control_reading()) {
             {
                 LockGuard guard(g_writer_lock);
