@@ -103,7 +103,7 @@ const char* last_alert();
 // the exit-like marker `detach`, then the hooks record nothing more.
 void stop_attached();
 
-// Recording stops for good (the log cannot be written: writer.cpp, fail):
+// Recording stops for good (the log cannot be written: writer.cpp, fail_log):
 // the hooks record nothing more, and no exit marker is taken.
 void stop_recording();
 

@@ -1,7 +1,6 @@
 #include "recorder/writer.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <pthread.h>
@@ -27,15 +26,14 @@
 #include "recorder/clock.h"
 #include "recorder/control.h"
 #include "recorder/lifecycle.h"
+#include "recorder/log_file.h"
 #include "recorder/markers.h"
-#include "recorder/metadata_queue.h"
 #include "recorder/modules.h"
 #include "recorder/own_fds.h"
 #include "recorder/raw_alloc.h"
-#include "recorder/stack_table.h"
+#include "recorder/record_encoder.h"
 #include "recorder/steering.h"
 #include "recorder/thread_buffer.h"
-#include "recorder/unwind.h"
 
 namespace heapsnap::recorder {
 namespace {
@@ -66,32 +64,24 @@ ino_t g_log_ino = 0;
 pid_t g_log_pid = 0;
 char g_path[kMaxPathLen];
 uint8_t* g_frame = nullptr;
-// What encoding changes on every record, on lines of its own: the hooks
-// read flags and counters on every event, and a line they shared with
-// these would move between the cores each time (false sharing: it made
-// every hook wait for the line).
-struct alignas(64) Encoder {
+// The frame being filled, changed on every record: on a line of its own,
+// as the encoder's stream state is (record_encoder.cpp, Encoder).
+struct alignas(64) Filling {
     size_t frame_used = 0;
-    uint64_t stream_ts = 0;
-    uint64_t stream_addr = 0;
-    uint32_t stream_thread = UINT32_MAX;
-    uint64_t events = 0;
     uint64_t last_flush_ns = 0;
     uint32_t frame_max_marker = 0;
-    uint32_t marker_count = 0;
     bool marker_seen = false;  // a marker was encoded since the writer thread last checked the rules
 };
-Encoder g_enc;
+Filling g_fill;
 uint8_t* g_compressed = nullptr;
 size_t g_compressed_capacity = 0;
 ZSTD_CCtx* g_zstd = nullptr;
 // A full frame is compressed a piece at a time between the writer's
 // rounds, while the next one fills the other buffer: compressed at once
-// (1 MiB, ~3 ms) it kept the writer from draining the rings meanwhile,
-// and a thread allocating as fast as python3 (17 M events/s, a ring's
-// 16 384 slots in 1 ms) filled its ring and waited for room: about a
-// tenth of python3's recording overhead. The frame on disk is the same
-// zstd frame (its size pledged, so its header states it).
+// it kept the writer from draining the rings for milliseconds, long
+// enough for a thread that allocates fast to fill its ring and wait for
+// room. The frame on disk is the same zstd frame (its size pledged, so
+// its header states it).
 constexpr size_t kCompressPiece = 128u << 10;
 uint8_t* g_spare_frame = nullptr;
 struct Compressing {
@@ -133,8 +123,8 @@ void* g_writer_stack = nullptr;
 // may be recording its first event, which starts it again. Without the
 // lock the start could replace g_thread between the stop's flag and its
 // join, and the stop joined a writer that was never told to stop: the
-// program hung at exit or its log lost the End record (tests/stress
-// main_exit, 8 of 80 runs beside a CPU burner).
+// program hung at exit or its log lost the End record (tests/stress,
+// main_exit).
 SpinLock g_thread_lock;
 std::atomic<int> g_wake_fd{-1};
 
@@ -173,15 +163,19 @@ bool write_all(const uint8_t* p, size_t n) {
     return true;
 }
 
+}  // namespace
+
 // Recording stops for good: nothing more is written anywhere, the hooks
 // record nothing more (stop_recording), the writer thread leaves.
-void fail(const char* what) {
+void fail_log(const char* what) {
     if (g_failed) return;
     g_failed = true;
     g_wake_fd.store(-1, std::memory_order_release);
     stop_recording();
     alert("cannot write log ", g_path, what);
 }
+
+namespace {
 
 // Hands up to `bytes` more of the frame being compressed to zstd (all of
 // it: the frame ends, and is written). No stamp reuse meanwhile: a piece
@@ -206,10 +200,10 @@ void compress_more(size_t bytes) {
     c.out = out.pos;
     bool done = mode == ZSTD_e_end || ZSTD_isError(left);
     if (ZSTD_isError(left)) {
-        fail(": compression failed; recording stopped");
+        fail_log(": compression failed; recording stopped");
     } else if (done && !write_all(g_compressed, c.out)) {
-        fail(errno == EBADF ? ": its descriptor was closed or replaced by the program; recording stopped"
-                            : ": write failed; recording stopped");
+        fail_log(errno == EBADF ? ": its descriptor was closed or replaced by the program; recording stopped"
+                                : ": write failed; recording stopped");
     }
     if (done) {
         if (c.max_marker && !g_failed) g_durable_marker.store(c.max_marker, std::memory_order_release);
@@ -223,19 +217,21 @@ void compress_more(size_t bytes) {
 // A frame still being compressed is finished first, so frames reach the
 // file in order.
 void end_frame() {
-    if (!g_enc.frame_used || g_failed || g_fd < 0) {
-        g_enc.frame_used = 0;
+    if (!g_fill.frame_used || g_failed || g_fd < 0) {
+        g_fill.frame_used = 0;
         return;
     }
     compress_more(SIZE_MAX);
     ZSTD_CCtx_reset(g_zstd, ZSTD_reset_session_only);
-    ZSTD_CCtx_setPledgedSrcSize(g_zstd, g_enc.frame_used);
-    g_compressing = Compressing{g_frame, g_enc.frame_used, 0, 0, g_enc.frame_max_marker};
+    ZSTD_CCtx_setPledgedSrcSize(g_zstd, g_fill.frame_used);
+    g_compressing = Compressing{g_frame, g_fill.frame_used, 0, 0, g_fill.frame_max_marker};
     std::swap(g_frame, g_spare_frame);
-    g_enc.frame_used = 0;
-    g_enc.last_flush_ns = now_ns();
-    g_enc.frame_max_marker = 0;
+    g_fill.frame_used = 0;
+    g_fill.last_flush_ns = now_ns();
+    g_fill.frame_max_marker = 0;
 }
+
+}  // namespace
 
 // Everything committed so far on disk now.
 void flush_frame() {
@@ -245,264 +241,19 @@ void flush_frame() {
 
 // Space for one record; cuts the frame first if the record would not fit
 // in the frame's nominal size.
-codec::Writer reserve(size_t max_bytes) {
-    if (g_enc.frame_used && g_enc.frame_used + max_bytes > hslog::kFramePayload) end_frame();
-    return codec::Writer(g_frame + g_enc.frame_used, kFrameBufferBytes - g_enc.frame_used);
+codec::Writer frame_reserve(size_t max_bytes) {
+    if (g_fill.frame_used && g_fill.frame_used + max_bytes > hslog::kFramePayload) end_frame();
+    return codec::Writer(g_frame + g_fill.frame_used, kFrameBufferBytes - g_fill.frame_used);
 }
-void commit(const codec::Writer& w) { g_enc.frame_used += w.size(); }
+void frame_commit(const codec::Writer& w) { g_fill.frame_used += w.size(); }
 
-void put_raw_record(const uint8_t* data, size_t n) {
-    codec::Writer w = reserve(n);
-    if (n > w.room()) return;  // larger than a frame buffer: cannot happen for recorder-made records
-    w.raw(data, n);
-    commit(w);
-}
-
-// `ts` in nanoseconds; slot stamps go through ticks_to_ns first.
-// The log keeps time in microseconds (hslog::kTimeUnitNs): the order of
-// events is their order in the stream, so finer stamps would only add
-// incompressible low bits to every record.
-uint64_t advance_time(uint64_t ts) {
-    uint64_t unit = ts / hslog::kTimeUnitNs;
-    uint64_t dt = unit > g_enc.stream_ts ? unit - g_enc.stream_ts : 0;
-    if (unit > g_enc.stream_ts) g_enc.stream_ts = unit;
-    return dt;
+void marker_written(uint32_t token, uint32_t index) {
+    g_marker_tokens[token % kTokenMemory].store(uint64_t{token} << 32 | index, std::memory_order_release);
+    g_fill.frame_max_marker = index;
+    g_fill.marker_seen = true;
 }
 
-// Events carry no time of their own: a Time record moves the stream time
-// when an event is hslog::kEventTimeStep (1 ms) or more past it, so event
-// times are exact to 1 ms and most events carry no time bytes at all.
-void event_time(codec::Writer& w, uint64_t ts) {
-    uint64_t unit = ts / hslog::kTimeUnitNs;
-    if (unit < g_enc.stream_ts + hslog::kEventTimeStep) return;
-    hslog::put_time(w, unit - g_enc.stream_ts);
-    g_enc.stream_ts = unit;
-}
-
-int64_t advance_addr(uint64_t addr) {
-    auto delta = static_cast<int64_t>(addr - g_enc.stream_addr);
-    g_enc.stream_addr = addr;
-    return delta;
-}
-
-// Stack records encoded per hold of the metadata lock (a record of a
-// compile's 41-frame stacks is about 2 800 instructions). Program threads
-// take that lock only for a marker or a module loaded or unloaded since
-// the last scan (inserting a stack has its own lock, stack_table.h), so
-// the holds need not be short, only bounded.
-constexpr uint32_t kStacksPerHold = 32;
-
-// Moves the queued metadata into the stream, the Stack records of the
-// stacks interned since the last round first (stack_table.h). The lock is
-// held only to encode a few of those, the last hold taking the queue
-// (metadata_queue.h).
-void put_queued_metadata() {
-    MetadataBatch batch;
-    for (bool taken = false; !taken;) {
-        LockGuard guard(metadata_lock());
-        if (!queue_pending_stacks(kStacksPerHold)) {
-            batch = metadata_take();
-            taken = true;
-        }
-    }
-    metadata_drain(batch, [](const uint8_t* data, size_t size) { put_raw_record(data, size); });
-}
-
-// The one-frame stack of an allocation made by a signal handler during its
-// thread's stack capture (kDeferredStack), interned here and defined in the
-// log before the event that uses it.
-uint32_t intern_deferred(const Slot& s) {
-    uint64_t caller = deferred_caller(s);
-    note_writer_interned();
-    uint32_t stack = intern_stack(&caller, 1, stack_hash(&caller, 1));
-    put_queued_metadata();
-    return stack;
-}
-
-// What the writer keeps per stack cache that handed stacks on (unwind.h,
-// "Local keys"), mapped when the first comes (258 KiB): the stack ids of
-// its local keys, by local_key_index, and the last stack it defined. A
-// key's StackDef comes before any event that names it, in the same ring,
-// so an id is set before it is read; it is overwritten only by a key made
-// kLocalWindow walks later, after the last event that could name the old
-// one. The StackDefs of a cache come in the order the cache made them, so
-// `last` is the stack the next one's shared frames are taken from.
-struct LocalStacks {
-    uint32_t ids[kLocalWindow];
-    DefinedStack last;
-};
-LocalStacks* g_local_stacks[kStackCaches];
-uint32_t g_highest_defined = 0;  // the highest stack id a StackDef has had
-
-// The stacks StackDefs named lately, by hash: a stack met again is checked
-// against its record (stack_id_of) instead of looked up in the stack
-// table, whose slots and records are far larger than the caches (the
-// program's threads kept such a memo when they interned). On this 2-vCPU
-// VM the writer's cycles are not free: a busy loop on the other vCPU slows
-// a compile by a quarter.
-struct RecentStack {
-    uint64_t hash;
-    const void* record;
-};
-constexpr unsigned kRecentBits = 12;
-RecentStack g_recent[1u << kRecentBits];
-
-uint32_t intern_defined(const uint64_t* ips, uint32_t n, uint64_t hash) {
-    RecentStack& recent = g_recent[hash >> (64 - kRecentBits)];
-    if (recent.record && recent.hash == hash)
-        if (uint32_t id = stack_id_of(recent.record, ips, n)) return id;
-    const void* record = nullptr;
-    uint32_t id = intern_stack(ips, n, hash, &record);
-    if (record) recent = RecentStack{hash, record};
-    return id;
-}
-
-// The stack id of a local key; 0 ("no stack") if the writer had no memory
-// for its cache's entries.
-uint32_t local_stack_id(uint32_t key) {
-    const LocalStacks* local = g_local_stacks[local_key_cache(key)];
-    return local ? local->ids[local_key_index(key)] : 0;
-}
-
-// Interns the stack of the StackDef at `at` (the whole def is published:
-// it is one append) and defines it in the log before any event that names
-// it. Returns the slots it spans. `end`: the ring's published end.
-uint64_t take_stack_def(const ThreadRing& ring, uint64_t at, uint64_t end) {
-    const Slot& head = ring.slots[at % kRingSlots];
-    auto n = static_cast<uint32_t>(head.size);
-    auto shared = static_cast<uint32_t>(head.size >> 32);
-    const uint64_t count = stack_def_slots(n - shared);
-    LocalStacks*& local = g_local_stacks[local_key_cache(head.stack)];
-    if (!local) local = static_cast<LocalStacks*>(raw_map(sizeof(LocalStacks)));
-    if (!local) return count;
-    // Its shared frames are known only if the writer kept the stack before
-    // (it had no memory for this cache's entries then): else "no stack",
-    // and so for the definitions that build on this one.
-    if (n > kDefinedRoom || shared > n || shared > local->last.n) {
-        local->last.n = 0;
-        local->ids[local_key_index(head.stack)] = 0;
-        return count;
-    }
-    uint64_t* ips = local->last.ips + kDefinedRoom - n;
-    for (uint64_t i = 1; i < count; ++i) {
-        uint32_t from = static_cast<uint32_t>(i - 1) * kIpsPerDefSlot;
-        uint32_t take = std::min(n - shared - from, kIpsPerDefSlot);
-        memcpy(ips + from, stack_def_ips(ring.slots[(at + i) % kRingSlots]), sizeof(uint64_t) * take);
-    }
-    local->last.n = n;
-    note_writer_interned();
-    uint32_t id = intern_defined(ips, n, head.addr);
-    if (id > g_highest_defined) {  // new, or interned elsewhere and maybe not yet queued
-        g_highest_defined = id;
-        put_queued_metadata();
-    }
-    local->ids[local_key_index(head.stack)] = id;
-    // The allocation that made the walk mostly comes next: its info's line,
-    // which the round's prefetch could not find before the id was known.
-    if (at + count < end) {
-        const Slot& next = ring.slots[(at + count) % kRingSlots];
-        if (next.kind == SlotKind::Alloc && next.stack == head.stack)
-            alloc_infos_prefetch(next.addr, true, static_cast<hslog::AllocFn>(next.fn), next.size, id);
-    }
-    return count;
-}
-
-// The free of a live block, by the name the log gave it: its info id, or
-// its address if it was written as AllocAt.
-void put_known_free(codec::Writer& w, uint32_t name, uint64_t addr) {
-    if (name == kAddressedBlock)
-        hslog::put_free_at(w, advance_addr(addr));
-    else
-        hslog::put_free(w, name);
-}
-
-void encode_alloc(codec::Writer& w, const Slot& s, uint32_t stack) {
-    auto fn = static_cast<hslog::AllocFn>(s.fn);
-    InfoAlloc b = alloc_infos_alloc(s.addr, fn, s.size, stack);
-    if (!b.ok) {
-        fail(": out of memory for the allocation-info tables; recording stopped");
-        return;
-    }
-    if (b.replaced) {  // its free was never seen: free it explicitly, as the reader must
-        put_known_free(w, b.replaced, s.addr);
-        g_enc.events++;
-    }
-    if (b.info == kAddressedBlock)
-        hslog::put_alloc_at(w, fn, advance_addr(s.addr), s.size, stack);
-    else if (b.fresh)
-        hslog::put_alloc(w, fn, s.size, stack);
-    else
-        hslog::put_alloc_info(w, b.info);
-    g_enc.events++;
-}
-
-void encode_free(codec::Writer& w, const Slot& s) {
-    if (uint32_t name = alloc_infos_free(s.addr))
-        put_known_free(w, name, s.addr);
-    else
-        hslog::put_free_unknown(w, advance_addr(s.addr));
-    g_enc.events++;
-}
-
-void encode(const Slot& s) {
-    uint32_t stack = s.stack;
-    if (s.kind == SlotKind::Alloc && stack == kDeferredStack)
-        stack = intern_deferred(s);
-    else if ((s.kind == SlotKind::Alloc || s.kind == SlotKind::Mmap) && is_local_key(stack))
-        stack = local_stack_id(stack);
-    if (s.kind == SlotKind::Alloc && is_local_key(s.stack) && s.aux) note_stack_verified(stack == s.aux);
-    codec::Writer w = reserve(2 * hslog::kMaxEventRecord + 2 + 2 * codec::kMaxVarint);
-    if (s.thread != g_enc.stream_thread && s.kind != SlotKind::Marker) {
-        hslog::put_thread(w, s.thread);
-        g_enc.stream_thread = s.thread;
-    }
-    switch (s.kind) {
-        case SlotKind::Alloc:
-            event_time(w, ticks_to_ns(s.ts));
-            encode_alloc(w, s, stack);
-            break;
-        case SlotKind::Free:
-            event_time(w, ticks_to_ns(s.ts));
-            encode_free(w, s);
-            break;
-        case SlotKind::Mmap:
-            event_time(w, ticks_to_ns(s.ts));
-            hslog::put_mmap(w, advance_addr(s.addr), s.size, s.fn, s.aux, stack);
-            g_enc.events++;
-            break;
-        case SlotKind::Munmap:
-            event_time(w, ticks_to_ns(s.ts));
-            hslog::put_munmap(w, advance_addr(s.addr), s.size);
-            g_enc.events++;
-            break;
-        case SlotKind::ThreadStart:
-            hslog::put_thread_start(w, advance_time(ticks_to_ns(s.ts)), s.thread, s.aux, s.addr, s.addr + s.size);
-            break;
-        case SlotKind::ThreadExit:
-            hslog::put_thread_exit(w, advance_time(ticks_to_ns(s.ts)), s.thread);
-            break;
-        case SlotKind::StackDef:  // taken apart by the round (take_stack_def)
-        case SlotKind::Void:      // skipped by the round
-            break;
-        case SlotKind::Marker: {
-            commit(w);
-            auto* payload = reinterpret_cast<uint8_t*>(s.addr);
-            codec::Writer m = reserve(2 + 5 * codec::kMaxVarint + s.size);
-            hslog::put_marker_header(m, advance_time(ticks_to_ns(s.ts)), s.thread, g_enc.events, s.stack);
-            m.varint(++g_enc.marker_count);
-            if (s.size <= m.room()) m.raw(payload, s.size);
-            commit(m);
-            g_marker_tokens[s.aux % kTokenMemory].store(uint64_t{s.aux} << 32 | g_enc.marker_count,
-                                                        std::memory_order_release);
-            g_enc.frame_max_marker = g_enc.marker_count;
-            g_enc.marker_seen = true;
-            release_marker_payload(payload, s.size);
-            flush_frame();
-            return;
-        }
-    }
-    commit(w);
-}
+namespace {
 
 bool ensure_cursor_capacity(size_t n) {
     if (n <= g_cursor_capacity) return true;
@@ -521,13 +272,6 @@ const Slot& at(const Cursor& c) { return c.ring->slots[c.pos % kRingSlots]; }
 // the table lines its lookups will touch (alloc_infos_prefetch): enough to
 // cover a miss at ~30 ns an event.
 constexpr uint64_t kPrefetchAhead = 8;
-
-// `s` may be a StackDef's frames, read as a slot: only a hint either way.
-void prefetch_tables(const Slot& s) {
-    if (s.kind != SlotKind::Alloc && s.kind != SlotKind::Free) return;
-    uint32_t stack = is_local_key(s.stack) ? local_stack_id(s.stack) : s.stack;
-    alloc_infos_prefetch(s.addr, s.kind == SlotKind::Alloc, static_cast<hslog::AllocFn>(s.fn), s.size, stack);
-}
 
 // Order of two events with the same stamp: releases first, so that an
 // address freed and reused within one clock tick replays as free, alloc.
@@ -606,7 +350,7 @@ size_t round_locked() {
         }
     }
     recycle_drained_rings();
-    if (g_enc.frame_used && now_ns() - g_enc.last_flush_ns >= kFlushIntervalNs) end_frame();
+    if (g_fill.frame_used && now_ns() - g_fill.last_flush_ns >= kFlushIntervalNs) end_frame();
     return emitted;
 }
 
@@ -627,7 +371,7 @@ bool wait_for_work(uint64_t timeout_ns) {
     for (nfds_t i = 0; r > 0 && i < count; ++i)
         if (fds[i].revents & POLLNVAL) {
             LockGuard guard(g_writer_lock);
-            fail(": a descriptor of the recorder's was closed by the program; recording stopped");
+            fail_log(": a descriptor of the recorder's was closed by the program; recording stopped");
             return false;
         }
     if (r > 0 && (fds[0].revents & POLLIN)) {
@@ -699,7 +443,7 @@ void* writer_main(void*) {
         }
         if (compressing) timeout_ns = 0;  // the rest of the frame after the next round
         // A busy writer wakes every stamp tick: accept4 on every wake was
-        // a failed syscall per round (3 500 on a 2 s compile).
+        // a failed syscall per round.
         if (wait_for_work(timeout_ns) || control_reading()) {
             {
                 LockGuard guard(g_writer_lock);
@@ -712,151 +456,13 @@ void* writer_main(void*) {
             stamp_tick_advance();
             busy = round_locked() > 0;
             live_bytes = alloc_infos_live_bytes();
-            marker_seen = std::exchange(g_enc.marker_seen, false);
+            marker_seen = std::exchange(g_fill.marker_seen, false);
             stamp_tick_make_stale();
         }
         control_reply_durable(g_durable_marker.load(std::memory_order_acquire));
     }
     if (g_detach_fd.load(std::memory_order_acquire) >= 0) end_detached();
     return nullptr;
-}
-
-// CLOCK_REALTIME when the log began, as its Process record says; guarded
-// by g_writer_lock.
-uint64_t g_start_realtime_ns = 0;
-
-void write_process_record(codec::Writer& w) {
-    w.u8(static_cast<uint8_t>(hslog::Tag::Process));
-    w.str(HEAPSNAP_RECORDER_VERSION);
-    w.varint(static_cast<uint64_t>(getpid()));
-    w.varint(static_cast<uint64_t>(getppid()));
-    w.varint(getuid());
-    timespec real;
-    clock_gettime(CLOCK_REALTIME, &real);
-    g_start_realtime_ns = static_cast<uint64_t>(real.tv_sec) * 1000000000ull + static_cast<uint64_t>(real.tv_nsec);
-    w.varint(g_start_realtime_ns);
-    w.varint(start_time_ns());
-    w.varint(static_cast<uint64_t>(sysconf(_SC_PAGESIZE)));
-    w.u8(static_cast<uint8_t>(config().unwind));
-    w.varint(config().depth);
-    w.str(exe_path());
-    // The command line, NUL-separated as the kernel keeps it.
-    char cmdline[8192];
-    size_t len = 0;
-    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        ssize_t r;
-        while (len < sizeof cmdline && (r = read(fd, cmdline + len, sizeof cmdline - len)) > 0)
-            len += static_cast<size_t>(r);
-        close_own(fd);
-    }
-    w.bytes(cmdline, len);
-    w.varint(config().sample_bytes);
-}
-
-// Expands %p (pid), %e (executable name) and %% in the pattern.
-bool expand_pattern(const char* pattern, char* out, size_t cap) {
-    const char* exe = exe_path();
-    const char* slash = strrchr(exe, '/');
-    const char* exe_name = slash ? slash + 1 : exe;
-    if (!*exe_name) exe_name = "unknown";
-    size_t n = 0;
-    auto put = [&](const char* s) {
-        for (; *s; ++s) {
-            if (n + 1 >= cap) return false;
-            out[n++] = *s;
-        }
-        return true;
-    };
-    char pid[24];
-    format_uint(static_cast<uint64_t>(getpid()), pid);
-    for (const char* p = pattern; *p; ++p) {
-        char one[2] = {*p, 0};
-        bool ok = true;
-        if (*p == '%' && p[1] == 'p') {
-            ok = put(pid);
-            ++p;
-        } else if (*p == '%' && p[1] == 'e') {
-            ok = put(exe_name);
-            ++p;
-        } else if (*p == '%' && p[1] == '%') {
-            ok = put("%");
-            ++p;
-        } else {
-            ok = put(one);
-        }
-        if (!ok) return false;
-    }
-    out[n] = 0;
-    return true;
-}
-
-bool make_absolute(char* path, size_t cap) {
-    if (path[0] == '/') return true;
-    char cwd[kMaxPathLen];
-    if (!getcwd(cwd, sizeof cwd)) return false;
-    size_t a = strlen(cwd), b = strlen(path);
-    if (a + 1 + b + 1 > cap) return false;
-    memmove(path + a + 1, path, b + 1);
-    memcpy(path, cwd, a);
-    path[a] = '/';
-    return true;
-}
-
-// O_EXCL: never reuse or follow someone else's file; if the name is taken
-// (a re-exec of the same program with the same pid), add -1, -2, ...
-// O_RDWR: the descriptor is also handed to snapshot clients, who read the
-// log through it (control.cpp). O_APPEND: every write lands at the end
-// whatever the file offset; write_all never depends on the offset.
-constexpr int kLogFlags = O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-
-int create_log(char* path, size_t cap) {
-    int fd = open(path, kLogFlags, 0600);
-    if (fd >= 0 || errno != EEXIST) return fd;
-    size_t len = strlen(path);
-    const char* dot = strrchr(path, '.');
-    const char* slash = strrchr(path, '/');
-    size_t stem = (dot && (!slash || dot > slash)) ? static_cast<size_t>(dot - path) : len;
-    char ext[64] = "";
-    if (len - stem < sizeof ext) memcpy(ext, path + stem, len - stem + 1);
-    char base[kMaxPathLen];
-    memcpy(base, path, stem);
-    base[stem] = 0;
-    for (int i = 1; i < 1000; ++i) {
-        char num[16];
-        int k = 0;
-        for (int v = i; v; v /= 10) num[k++] = static_cast<char>('0' + v % 10);
-        char candidate[kMaxPathLen];
-        size_t m = 0;
-        for (size_t j = 0; base[j] && m + 1 < sizeof candidate; ++j) candidate[m++] = base[j];
-        if (m + 1 < sizeof candidate) candidate[m++] = '-';
-        while (k && m + 1 < sizeof candidate) candidate[m++] = num[--k];
-        for (size_t j = 0; ext[j] && m + 1 < sizeof candidate; ++j) candidate[m++] = ext[j];
-        candidate[m] = 0;
-        fd = open(candidate, kLogFlags, 0600);
-        if (fd >= 0) {
-            if (m + 1 <= cap) memcpy(path, candidate, m + 1);
-            return fd;
-        }
-        if (errno != EEXIST) return -1;
-    }
-    return -1;
-}
-
-void announce_path() {
-    if (config().paths_file[0]) {
-        int fd = open(config().paths_file, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
-        if (fd >= 0) {
-            size_t n = strlen(g_path);
-            char line[kMaxPathLen + 1];
-            memcpy(line, g_path, n);
-            line[n] = '\n';
-            ssize_t ignored = write(fd, line, n + 1);
-            (void)ignored;
-            close_own(fd);
-        }
-    }
-    if (config().verbose) diagnostic("recording to ", g_path);
 }
 
 }  // namespace
@@ -915,19 +521,16 @@ bool writer_open() {
     }
     g_failed = false;
     g_ended = false;
-    g_enc = Encoder{};
-    g_enc.stream_ts = start_time_ns() / hslog::kTimeUnitNs;
-    g_enc.last_flush_ns = now_ns();
-    alloc_infos_reset();
+    g_fill = Filling{};
+    g_fill.last_flush_ns = now_ns();
+    encoder_start_log();
     steering_log_opened();
     g_durable_marker.store(0);
-    codec::Writer w = reserve(16384);
-    write_process_record(w);
-    commit(w);
+    put_process_record();
     // On disk at once: a process that dies (_exit, SIGKILL) before the
     // first timed flush still leaves a log that says what it was.
     flush_frame();
-    announce_path();
+    announce_path(g_path);
     return true;
 }
 
@@ -1063,9 +666,7 @@ void end_detached() {
         LockGuard guard(g_writer_lock);
         if (g_fd >= 0 && !g_ended) {
             drain_published_locked();
-            codec::Writer w = reserve(2 + 3 * codec::kMaxVarint);
-            hslog::put_end(w, advance_time(now_ns()), hslog::EndReason::Shutdown, g_enc.events, unrecorded_events());
-            commit(w);
+            put_end_record(hslog::EndReason::Shutdown);
             flush_frame();
             g_ended = true;
         }
@@ -1102,9 +703,7 @@ void writer_stop(hslog::EndReason reason) {
     LockGuard guard(g_writer_lock);
     if (g_fd < 0 || g_ended) return;
     drain_published_locked();
-    codec::Writer w = reserve(2 + 3 * codec::kMaxVarint);
-    hslog::put_end(w, advance_time(now_ns()), reason, g_enc.events, unrecorded_events());
-    commit(w);
+    put_end_record(reason);
     flush_frame();
     g_ended = true;
     close_own(g_fd);
@@ -1116,7 +715,7 @@ bool writer_discard_if_empty() {
     LockGuard guard(g_writer_lock);
     if (g_fd < 0 || g_ended) return false;
     drain_published_locked();
-    if (g_enc.events || g_enc.marker_count) return false;
+    if (events_encoded() || markers_encoded()) return false;
     // Unlinked by name only if the name is still the file written.
     struct stat ours, named;
     bool same = fstat(g_fd, &ours) == 0 && lstat(g_path, &named) == 0 && ours.st_dev == named.st_dev &&
@@ -1139,7 +738,7 @@ void writer_forget_after_fork() {
     g_interval_busy.store(false);
     if (g_fd >= 0) close_own(g_fd);
     g_fd = -1;
-    g_enc.frame_used = 0;
+    g_fill.frame_used = 0;
     g_compressing = Compressing{};
     if (g_wake_fd >= 0) close_own(g_wake_fd);
     g_wake_fd = -1;
@@ -1152,7 +751,7 @@ int writer_log_fd() { return g_fd.load(std::memory_order_relaxed); }
 
 LogStatus writer_log_status() {
     LockGuard guard(g_writer_lock);
-    return LogStatus{g_enc.events, g_start_realtime_ns};
+    return LogStatus{events_encoded(), log_start_realtime_ns()};
 }
 
 // getpid, fstat and fchown only: async-signal-safe, no allocation, no

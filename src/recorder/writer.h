@@ -4,7 +4,7 @@
 // 50 ms, merges the rings in time order (see thread_buffer.h), prefixes the
 // round with queued metadata, interns the stacks threads handed on
 // (StackDef slots, unwind.h "Local keys") and names their events' stacks
-// by the ids, encodes records into a frame buffer and
+// by the ids, encodes records into a frame buffer (record_encoder.h) and
 // writes each 1 MiB of records as one zstd frame. A frame is also cut
 // whenever 100 ms passed since the last write and something is pending, and
 // right after a marker, so a SIGKILL loses at most the last 100 ms of events
@@ -23,9 +23,9 @@
 
 namespace heapsnap::recorder {
 
-// Creates the log file from the configured pattern (O_EXCL, O_NOFOLLOW,
-// mode 0600, O_RDWR | O_APPEND) and writes the header and the process
-// record. False (with a diagnostic) if the file cannot be created.
+// Creates the log file from the configured pattern (log_file.h: O_EXCL,
+// O_NOFOLLOW, mode 0600, O_RDWR | O_APPEND) and writes the header and the
+// process record. False (with a diagnostic) if the file cannot be created.
 bool writer_open();
 bool writer_start_thread();
 bool writer_running();
