@@ -45,11 +45,6 @@ std::string read_text(const std::string& path) {
     return text.str();
 }
 
-std::string basename_of(const std::string& path) {
-    size_t slash = path.rfind('/');
-    return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 // ---- the target's memory map ----------------------------------------------------
 
 struct Mapping {
