@@ -97,6 +97,31 @@ class AttachTest(HeapsnapTest):
         self.assertEqual(bare.said, ["ready pid=%d" % bare.pid, "grown", "grown", "bye"])
         self.assertEqual(self.labels(log)[0], labels)
 
+    def test_executable_with_canonical_plt_entries(self):
+        """A non-PIE executable that keeps malloc's and free's addresses, as
+        Debian's python3 does, exports them as undefined symbols whose value
+        is its own PLT entry; dlsym answers with that entry, which jumps
+        through the slot attach rewrites to the hook. The hooks must reach
+        libc's functions: the program allocates, is recorded exactly, and
+        goes on after detach."""
+        exe = program("attach_target_nopie")
+        symbols = self.run_cmd(["readelf", "--dyn-syms", "-W", exe], expect=0).stdout
+        for name in ("malloc", "free"):
+            self.assertRegex(symbols, r"\n\s*\d+: 0*[1-9a-f][0-9a-f]* +0 FUNC +GLOBAL DEFAULT +UND %s@" % name)
+        bare = Bare(self, [exe])
+        log = self.attach(bare.pid, "-o", self.path("nopie.hslog"))
+        a = self.snapshot(str(bare.pid), "--label", "A", "-o", self.path("a.hsnap"))
+        bare.send("grow", "grown")
+        b = self.snapshot(str(bare.pid), "--label", "B", "-o", self.path("b.hsnap"))
+        diff = self.diff(a, b)
+        self.assert_site(diff, "attach_grow", "attach_target.c", "attach_grow", 13500, 9, old_bytes=0)
+        self.assert_site(diff, "attach_calloc", "attach_target.c", "attach_calloc", 3000, 3, old_bytes=0)
+        self.assertEqual((diff["total"]["bytes_delta"], diff["total"]["blocks_delta"]), (16500, 12))
+        self.detach(bare.pid, log)
+        bare.send("grow", "grown")
+        self.assertEqual(bare.finish(), (3, ""))
+        self.assertEqual(bare.said, ["ready pid=%d" % bare.pid, "grown", "grown", "bye"])
+
     def test_attach_while_eight_threads_allocate(self):
         bare = Bare(self)
         bare.send("threads 8", "started 8")
