@@ -419,15 +419,25 @@ void record_alloc(AllocFn fn, const void* p, size_t size, Caller caller) {
 }
 
 // Records a free (when sampling: if its block was sampled); true if it did.
-__attribute__((always_inline)) inline bool record_free(const void* p) {
+// `usable`: the block's usable size, taken before the real free when
+// attached (0 otherwise). The writer writes it only for a block it never
+// saw allocated (formats/hslog.md, FreeUnknown): one allocated before
+// recording began.
+__attribute__((always_inline)) inline bool record_free(const void* p, uint64_t usable) {
     if (sampling() && !release_sampled(reinterpret_cast<uint64_t>(p))) return false;
     auto addr = reinterpret_cast<uint64_t>(p);
     emit_with(hook_state(), [&](Slot& s) {
         s = Slot{};
         s.kind = SlotKind::Free;
         s.addr = addr;
+        s.size = usable;
     });
     return true;
+}
+
+// Attached, the usable size of a block about to be freed (record_free).
+__attribute__((always_inline)) inline uint64_t usable_before_free(void* p) {
+    return attached() ? real.usable_size(p) : 0;
 }
 
 void record_mmap(const void* p, size_t length, int prot, int flags) {
@@ -653,7 +663,7 @@ HEAPSNAP_EXPORT void free(void* p) {
     // that leaves in between leaves a block the log may call freed.
     if (should_record()) {
         frame.owe(true);
-        record_free(p);
+        record_free(p, usable_before_free(p));
     }
     call_allocator(frame, false, real.free, p);
 }
@@ -691,7 +701,7 @@ void* reallocate(AllocFn fn, void* old, size_t size, Caller caller) {
     HookFrame frame(caller.frame);
     bool record = should_record();
     frame.owe(record);
-    bool old_recorded = record && old && record_free(old);
+    bool old_recorded = record && old && record_free(old, usable_before_free(old));
     void* p = call_allocator(frame, record, real.realloc, old, size);
     if (record) {
         if (p) {

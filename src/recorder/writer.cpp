@@ -438,7 +438,7 @@ void encode_free(codec::Writer& w, const Slot& s) {
     if (uint32_t name = alloc_infos_free(s.addr))
         put_known_free(w, name, s.addr);
     else
-        hslog::put_free_unknown(w, advance_addr(s.addr));
+        hslog::put_free_unknown(w, advance_addr(s.addr), s.size);
     g_enc.events++;
 }
 
@@ -737,6 +737,7 @@ void write_process_record(codec::Writer& w) {
     }
     w.bytes(cmdline, len);
     w.varint(config().sample_bytes);
+    w.u8(attached() ? 1 : 0);
 }
 
 // Expands %p (pid), %e (executable name) and %% in the pattern.
