@@ -256,6 +256,7 @@ AddressSpaceSummary summarize(const SummaryInputs& in) {
     s.reserved_bytes = s.reserved.size_bytes;
 
     s.tracked = in.tracked;
+    s.attached = in.tracked && in.attached;
     s.tracked_live_bytes = in.tracked_live_bytes;
     s.tracked_live_blocks = in.tracked_live_blocks;
     s.has_malloc = in.has_malloc;
@@ -268,6 +269,11 @@ AddressSpaceSummary summarize(const SummaryInputs& in) {
     }
     s.has_allocator = in.has_allocator;
     s.allocator = in.allocator;
+    if (s.attached && (in.has_malloc || (in.has_allocator && (in.allocator.present & hslog::AllocatorStats::kAllocated)))) {
+        uint64_t in_use = in.has_malloc ? s.malloc_in_use_bytes : in.allocator.allocated;
+        s.has_not_covered = true;
+        s.not_covered_bytes = static_cast<int64_t>(in_use) - static_cast<int64_t>(in.tracked_live_bytes);
+    }
     if (in.has_allocator)
         s.allocator_name = hslog::allocator_name(in.allocator.kind);
     else if (in.has_malloc)

@@ -71,7 +71,11 @@
 // allocated before or outside the recorder. With another allocator its own
 // numbers are shown as it names them (allocated, active, committed,
 // resident, mapped); fragmentation = (active - allocated) / active, the
-// share of the pages holding blocks that no block uses.
+// share of the pages holding blocks that no block uses. When the recorder
+// was attached to the running process, in-use (glibc) or allocated (the
+// others) minus tracked live is shown as the heap recording does not
+// cover: the blocks allocated before attach that are still live, and the
+// allocator's overhead.
 //
 // Verdict: the dominant category of growth between two summaries is the one
 // with the largest growth weight, where
@@ -124,6 +128,7 @@ struct SummaryInputs {
     // [lo, hi) stacks of live threads, from thread start records.
     std::vector<std::pair<uint64_t, uint64_t>> thread_stacks;
     bool tracked = false;  // recorder data present (false for `maps PID` of an unrecorded process)
+    bool attached = false;  // the recorder was attached to the running process (heapsnap attach)
     uint64_t tracked_live_bytes = 0;
     uint64_t tracked_live_blocks = 0;
     MallocStats malloc;
@@ -179,8 +184,13 @@ struct AddressSpaceSummary {
     uint64_t reserved_bytes = 0;
 
     bool tracked = false;
+    bool attached = false;
     uint64_t tracked_live_bytes = 0;
     uint64_t tracked_live_blocks = 0;
+    // Attached, with the allocator's in-use figure: that figure minus
+    // tracked live (above).
+    bool has_not_covered = false;
+    int64_t not_covered_bytes = 0;
     bool has_malloc = false;
     MallocStats malloc;
     uint64_t malloc_in_use_bytes = 0;  // uordblks + hblkhd

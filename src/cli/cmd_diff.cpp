@@ -180,7 +180,7 @@ int run_diff(const DiffCliOptions& o) {
     if (o.format == "json")
         std::cout << json_text(diff_to_json(a, b, result)) << "\n";
     else if (o.format == "csv")
-        std::cout << render_diff_csv(result);
+        std::cout << render_diff_csv(result) << render_freed_before_csv(a, b);
     else if (o.format == "folded")
         std::cout << render_folded(flame_stacks_of_growth(result));
     else if (o.format == "svg") {

@@ -91,7 +91,8 @@ public:
         start_ = p.start_ns;
         line(fmt::format("process pid={} ppid={} uid={} exe={} version={} depth={} unwind={} argv={}", p.pid, p.ppid,
                          p.uid, field_text(p.exe), field_text(p.recorder_version), p.max_depth,
-                         p.unwind == hslog::UnwindMode::Dwarf ? "dwarf" : "fp", argv_text(p.argv)));
+                         p.unwind == hslog::UnwindMode::Dwarf ? "dwarf" : "fp", argv_text(p.argv)) +
+             (p.attached ? " attached=1" : ""));
     }
     void on_module_load(const ModuleRecord& m) override {
         line(fmt::format("module id={} t={} bias={:#x} start={:#x} end={:#x} build_id={} path={}", m.id,
@@ -124,13 +125,14 @@ public:
     }
     // A free names an allocation info (its newest live block is the one
     // freed), or the address of a block of 64 KiB or more, or of a block
-    // the recorder never saw allocated (an untracked free).
+    // the recorder never saw allocated (an untracked free), with its usable
+    // size when the recorder took it (attached).
     void on_free(const FreeEvent& e) override {
         if (e.info)
             line(fmt::format("free t={} thread={} info={}", secs(e.time_ns), e.thread, e.info));
         else
-            line(fmt::format("free t={} thread={} addr={:#x}{}", secs(e.time_ns), e.thread, e.address,
-                             e.untracked ? " untracked=1" : ""));
+            line(fmt::format("free t={} thread={} addr={:#x}{}{}", secs(e.time_ns), e.thread, e.address,
+                             e.untracked ? " untracked=1" : "", e.usable ? fmt::format(" usable={}", e.usable) : ""));
     }
     void on_mmap(const MmapEvent& e) override {
         line(fmt::format("mmap t={} thread={} addr={:#x} length={} prot={} flags={:#x} stack={}", secs(e.time_ns),

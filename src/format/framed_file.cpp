@@ -49,7 +49,7 @@ bool has_magic(const std::string& path, const char* magic) { return regular_file
 namespace {
 
 std::vector<uint8_t> decode_body(const std::string& path, const FileKind& kind, const std::vector<uint8_t>& file,
-                                 MemoryCharge& held) {
+                                 MemoryCharge& held, uint32_t* version_read) {
     const std::string name = kind.name;
     if (file.size() < 8 || std::memcmp(file.data(), kind.magic, 8) != 0)
         throw Error(path + ": not a heapsnap " + name + " (bad magic)");
@@ -62,6 +62,7 @@ std::vector<uint8_t> decode_body(const std::string& path, const FileKind& kind, 
                     (oldest == kind.version ? " (this heapsnap reads version " + std::to_string(kind.version) + ")"
                                             : " (this heapsnap reads versions " + std::to_string(oldest) + " to " +
                                                   std::to_string(kind.version) + ")"));
+    if (version_read) *version_read = version;
     const uint8_t* frame = file.data() + kHeaderSize;
     size_t frame_size = file.size() - kHeaderSize;
     size_t compressed = ZSTD_findFrameCompressedSize(frame, frame_size);
@@ -104,16 +105,17 @@ std::vector<uint8_t> decode_body(const std::string& path, const FileKind& kind, 
 
 }  // namespace
 
-std::vector<uint8_t> read_framed_file(const std::string& path, const FileKind& kind, MemoryCharge& held) {
+std::vector<uint8_t> read_framed_file(const std::string& path, const FileKind& kind, MemoryCharge& held,
+                                      uint32_t* version) {
     UniqueFd fd = open_regular_file(path);
     budget_add_input(fd.get());
-    return decode_framed(path, kind, read_open_file(fd.get(), path), held);
+    return decode_framed(path, kind, read_open_file(fd.get(), path), held, version);
 }
 
 std::vector<uint8_t> decode_framed(const std::string& path, const FileKind& kind, const std::vector<uint8_t>& file,
-                                   MemoryCharge& held) {
+                                   MemoryCharge& held, uint32_t* version) {
     try {
-        return decode_body(path, kind, file, held);
+        return decode_body(path, kind, file, held, version);
     } catch (const BudgetExceeded& e) {
         throw Error(path + ": reading it " + e.what());
     }

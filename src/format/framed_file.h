@@ -28,12 +28,14 @@ void write_framed_file(const std::string& path, const FileKind& kind, const std:
 // The body, decompressed in steps charged to the read budget
 // (util/read_budget.h): to `held` for its memory, which the caller gives
 // back when it lets the body go; "<path>: ..." when the budget is spent.
-std::vector<uint8_t> read_framed_file(const std::string& path, const FileKind& kind, MemoryCharge& held);
+// `version`, if given, receives the file's version.
+std::vector<uint8_t> read_framed_file(const std::string& path, const FileKind& kind, MemoryCharge& held,
+                                      uint32_t* version = nullptr);
 // The same two on the bytes of a whole file, for callers that open files
 // their own way; `path` names the file in messages.
 std::vector<uint8_t> encode_framed(const std::string& path, const FileKind& kind, const std::vector<uint8_t>& body);
 std::vector<uint8_t> decode_framed(const std::string& path, const FileKind& kind, const std::vector<uint8_t>& file,
-                                   MemoryCharge& held);
+                                   MemoryCharge& held, uint32_t* version = nullptr);
 bool has_magic(const std::string& path, const char* magic);
 
 // A growable encoder for the CLI side, with the same field encodings as

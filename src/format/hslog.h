@@ -58,13 +58,19 @@
 //   which fields it gives, then those).
 // - Version 8: Marker and End say how many events the recorder could not
 //   record up to then (formats/hslog.md, "Unrecorded events"): a varint
-//   after `events`. Readers take versions 6 to 8.
+//   after `events`.
 // - Version 9: markers of cause pause, resume and threshold, and the
 //   paused site: while stack recording is paused (heapsnap pause, run
 //   --paused, --stacks-after) allocations are recorded exactly but not
 //   unwound, and name one stack whose only frame is (kNoModule, 0), which
 //   readers show as "(allocated while paused)". The encoding is version
-//   8's; readers take versions 6 to 9.
+//   8's.
+// - Version 10: a recorder attached to a running process (heapsnap attach)
+//   says so in the Process record (`attached`, a byte at its end), and a
+//   FreeUnknown carries the freed block's usable size (`usable`, a varint
+//   after the address: malloc_usable_size taken before the free, 0 when
+//   not taken), so blocks allocated before recording began are counted
+//   with their bytes when freed. Readers take versions 6 to 10.
 //
 // This header is included by the recorder, so it uses no allocation and no
 // standard containers; only the encoders live here. Decoding is in
@@ -78,12 +84,15 @@
 namespace heapsnap::hslog {
 
 inline constexpr char kMagic[8] = {'H', 'E', 'A', 'P', 'S', 'N', 'A', 'P'};
-inline constexpr uint32_t kLogVersion = 9;
+inline constexpr uint32_t kLogVersion = 10;
 // The oldest version readers still take (version 7 only adds a value,
-// version 8 a field readers leave at 0 in older logs).
+// versions 8 and 10 fields readers leave at 0 in older logs).
 inline constexpr uint32_t kOldestLogVersion = 6;
 // The first version whose Marker and End records carry `unrecorded`.
 inline constexpr uint32_t kUnrecordedVersion = 8;
+// The first version whose Process record carries `attached` and whose
+// FreeUnknown carries `usable`.
+inline constexpr uint32_t kAttachedVersion = 10;
 inline constexpr uint32_t kHeaderSize = 16;
 
 // Times in the stream are multiples of this many nanoseconds since the
@@ -337,9 +346,12 @@ inline void put_free_at(codec::Writer& w, int64_t addr_delta) {
     w.svarint(addr_delta);
 }
 
-inline void put_free_unknown(codec::Writer& w, int64_t addr_delta) {
+// `usable`: the block's usable size as the allocator said before the free,
+// 0 when the recorder did not ask (it asks only when attached).
+inline void put_free_unknown(codec::Writer& w, int64_t addr_delta, uint64_t usable) {
     w.u8(static_cast<uint8_t>(Tag::FreeUnknown));
     w.svarint(addr_delta);
+    w.varint(usable);
 }
 
 inline void put_mmap(codec::Writer& w, int64_t addr_delta, uint64_t length, uint32_t prot, uint32_t flags,

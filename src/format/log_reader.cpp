@@ -188,6 +188,7 @@ void RecordStream::record(hslog::Tag tag, codec::Reader& r, LogVisitor& visitor)
             e.address = address(r);
             e.thread = thread_;
             e.untracked = tag == Tag::FreeUnknown;
+            if (e.untracked && summary_.version >= hslog::kAttachedVersion) e.usable = r.varint();
             events_++;
             if (!r.ok()) return;
             if (!e.untracked && !infos_.free_at(e.address)) {  // no live addressed block there
@@ -249,6 +250,11 @@ void RecordStream::process(codec::Reader& r, LogVisitor& visitor) {
     }
     p.sample_bytes = r.varint();
     if (p.sample_bytes > hslog::kMaxSampleBytes) throw Error(path_ + ": corrupt log: sample_bytes out of range");
+    if (summary_.version >= hslog::kAttachedVersion) {
+        uint8_t attached = r.u8();
+        if (attached > 1) r.invalidate();
+        p.attached = attached == 1;
+    }
     if (!r.ok()) return;
     units_ = p.start_ns / hslog::kTimeUnitNs;
     now_ = p.start_ns;

@@ -42,6 +42,7 @@ struct ProcessInfo {
     std::string exe;
     std::vector<std::string> argv;
     uint64_t sample_bytes = 0;  // 0: every allocation recorded; else Poisson byte sampling (hslog.md)
+    bool attached = false;      // the recorder was attached to the running process (version 9)
 };
 
 struct ModuleRecord {
@@ -90,6 +91,7 @@ struct FreeEvent {
     uint32_t info = 0;       // a small block: the newest live block of this info is freed
     uint64_t address = 0;    // else the address of an addressed block, or of an untracked one
     bool untracked = false;  // a block the recorder never saw allocated (FreeUnknown)
+    uint64_t usable = 0;     // FreeUnknown: its usable size, 0 if not taken (version 9)
 };
 
 struct MmapEvent {

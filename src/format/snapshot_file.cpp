@@ -26,6 +26,7 @@ void put_process(ByteBuffer& o, const ProcessInfo& p) {
     o.varint(p.argv.size());
     for (const auto& a : p.argv) o.str(a);
     o.varint(p.sample_bytes);
+    o.u8(p.attached ? 1 : 0);
 }
 
 void put_marker(ByteBuffer& o, const MarkerRecord& m, bool has_data) {
@@ -56,12 +57,17 @@ void put_marker(ByteBuffer& o, const MarkerRecord& m, bool has_data) {
     }
 }
 
-void get_process(codec::Reader& r, ProcessInfo& p) {
+void get_process(codec::Reader& r, ProcessInfo& p, uint32_t version) {
     read_process_head(r, p);
     // The arguments of a command line of at most kMaxCmdlineBytes.
     uint64_t n = r.count(1, hslog::kMaxCmdlineBytes);
     for (uint64_t i = 0; i < n && r.ok(); ++i) p.argv.emplace_back(r.str(hslog::kMaxCmdlineBytes));
     p.sample_bytes = r.varint();
+    if (version >= kSnapshotAttachedVersion) {
+        uint8_t attached = r.u8();
+        if (attached > 1) r.invalidate();
+        p.attached = attached == 1;
+    }
 }
 
 void get_marker(codec::Reader& r, MarkerRecord& m, bool& has_data) {
@@ -161,7 +167,7 @@ std::vector<uint8_t> encode_body(const Snapshot& s) {
     o.str(s.source);
     const SnapshotTotals& t = s.totals;
     for (uint64_t v : {t.live_bytes, t.live_blocks, t.mmap_bytes, t.mmap_regions, t.events, t.allocations,
-                       t.untracked_frees, t.peak_bytes, t.peak_time_ns})
+                       t.untracked_frees, t.peak_bytes, t.peak_time_ns, t.freed_before_blocks, t.freed_before_bytes})
         o.varint(v);
     o.varint(s.modules.size());
     for (const SnapshotModule& m : s.modules) put_module(o, m);
@@ -184,16 +190,20 @@ std::vector<uint8_t> encode_body(const Snapshot& s) {
 // What a module of a Snapshot holds beyond its strings' bytes.
 constexpr uint64_t kModuleBytes = sizeof(SnapshotModule) + 64;
 
-Snapshot decode_body(const std::string& path, const uint8_t* data, size_t size) {
+Snapshot decode_body(const std::string& path, const uint8_t* data, size_t size, uint32_t version) {
     codec::Reader r(data, size);
     Snapshot s;
-    get_process(r, s.process);
+    get_process(r, s.process, version);
     get_marker(r, s.marker, s.has_marker_data);
     s.source = std::string(r.str(hslog::kMaxPathBytes));
     SnapshotTotals& t = s.totals;
     for (uint64_t* v : {&t.live_bytes, &t.live_blocks, &t.mmap_bytes, &t.mmap_regions, &t.events, &t.allocations,
                         &t.untracked_frees, &t.peak_bytes, &t.peak_time_ns})
         *v = r.varint();
+    if (version >= kSnapshotAttachedVersion) {
+        t.freed_before_blocks = r.varint();
+        t.freed_before_bytes = r.varint();
+    }
     uint64_t n = r.count(8);
     budget_take_memory(n * kModuleBytes, "modules");
     s.modules.resize(n);
@@ -238,9 +248,10 @@ bool looks_like_snapshot(const std::string& path) { return has_magic(path, kSnap
 
 Snapshot read_snapshot(const std::string& path) {
     MemoryCharge body_charge;  // given back with the body, once decoded
-    std::vector<uint8_t> body = read_framed_file(path, kSnapshotKind, body_charge);
+    uint32_t version = 0;
+    std::vector<uint8_t> body = read_framed_file(path, kSnapshotKind, body_charge, &version);
     try {
-        return decode_body(path, body.data(), body.size());
+        return decode_body(path, body.data(), body.size(), version);
     } catch (const BudgetExceeded& e) {
         throw Error(path + ": reading it " + e.what());
     }

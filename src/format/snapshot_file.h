@@ -29,9 +29,12 @@ namespace heapsnap {
 
 // 2: Process has sample_bytes; 3: malloc stats optional; 4: another
 // allocator's statistics (hslog::MarkerStats::Allocator); 5: marker causes
-// pause, resume and threshold, and the paused site's stack (log version 9).
-// Readers take 3 to 5.
-inline constexpr uint32_t kSnapshotVersion = 5;
+// pause, resume and threshold, and the paused site's stack (log version 9);
+// 6: Process has `attached`, the totals the frees of blocks allocated
+// before recording. Readers take 3 to 6.
+inline constexpr uint32_t kSnapshotVersion = 6;
+// The first version with `attached` and the freed-before-recording totals.
+inline constexpr uint32_t kSnapshotAttachedVersion = 6;
 inline constexpr uint32_t kOldestSnapshotVersion = 3;
 
 enum class EntryKind : uint8_t { Heap = 0, Mmap = 1 };
@@ -57,9 +60,13 @@ struct SnapshotTotals {
     uint64_t mmap_regions = 0;
     uint64_t events = 0;
     uint64_t allocations = 0;      // allocation events up to the moment
-    uint64_t untracked_frees = 0;  // frees of blocks the log never saw allocated
+    uint64_t untracked_frees = 0;  // frees of blocks the log never saw allocated, of no known size
     uint64_t peak_bytes = 0;       // highest live heap bytes up to the moment
     uint64_t peak_time_ns = 0;
+    // Frees of blocks allocated before recording began (an attached
+    // recorder's FreeUnknown with a usable size), and those sizes summed.
+    uint64_t freed_before_blocks = 0;
+    uint64_t freed_before_bytes = 0;
 };
 
 struct Snapshot {
@@ -91,7 +98,9 @@ bool looks_like_snapshot(const std::string& path);
 
 // Field groups shared with the replay checkpoint (same encodings).
 void put_process(ByteBuffer& o, const ProcessInfo& p);
-void get_process(codec::Reader& r, ProcessInfo& p);
+// `version`: of the file read (the snapshot's; a checkpoint reads the
+// current one).
+void get_process(codec::Reader& r, ProcessInfo& p, uint32_t version = kSnapshotVersion);
 void put_marker(ByteBuffer& o, const MarkerRecord& m, bool has_data);
 void get_marker(codec::Reader& r, MarkerRecord& m, bool& has_data);
 void put_module(ByteBuffer& o, const SnapshotModule& m);

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "recorder/definitions.h"
 #include "recorder/lifecycle.h"
 #include "recorder/raw_alloc.h"
 #include "recorder/spinlock.h"
@@ -230,7 +231,7 @@ bool find_hooks() {
         g_hash[i] = name_hash(kHooked[i]);
         g_hook[i] = strcmp(kHooked[i], "dlopen") == 0 ? nullptr : dlsym(handle, kHooked[i]);
     }
-    g_real_dlopen = reinterpret_cast<void* (*)(const char*, int)>(dlsym(RTLD_DEFAULT, "dlopen"));
+    g_real_dlopen = reinterpret_cast<void* (*)(const char*, int)>(definition_of("dlopen", dlsym(RTLD_DEFAULT, "dlopen")));
     return g_real_dlopen != nullptr;
 }
 
@@ -255,7 +256,7 @@ void* attached_dlopen(const char* file, int mode) {
 
 bool bind_hooks() {
     LockGuard guard(g_bind_lock);
-    if (!find_hooks()) return false;
+    if (!resolve_real_functions() || !find_hooks()) return false;
     for (size_t i = 0; i < kHookCount; ++i)
         if (strcmp(kHooked[i], "dlopen") == 0) g_hook[i] = reinterpret_cast<void*>(&attached_dlopen);
     for (void* hook : g_hook)

@@ -14,7 +14,10 @@
 // hooks reach the real functions by dlsym(RTLD_DEFAULT) instead of
 // RTLD_NEXT: from a dlopen'd object, RTLD_NEXT searches only its own
 // dependencies, and would miss an allocator the executable links
-// (redis-server's jemalloc).
+// (redis-server's jemalloc). Every one is resolved before the first slot
+// is rewritten, and taken only if it is a definition outside this library
+// (definitions.h): dlsym may answer with the executable's own PLT entry,
+// which jumps through a slot this rewrites.
 //
 // Modules loaded later. dlopen is bound too, to a wrapper that binds the
 // modules the real dlopen added. dlclose's hook drops the slots of the
@@ -29,9 +32,12 @@
 
 namespace heapsnap::recorder {
 
-// Looks the real functions up (hooks.cpp), with dlsym(RTLD_DEFAULT) when
-// attached: before anything is bound, in the thread heapsnap attach stopped.
-void resolve_real_functions();
+// Looks the real functions up (hooks.cpp), all at once, with
+// dlsym(RTLD_DEFAULT) when attached, each checked to be a definition
+// outside this library (definitions.h): before any slot is bound, in the
+// thread heapsnap attach stopped. False if one the hooks cannot do
+// without was not found.
+bool resolve_real_functions();
 // Binds the hooks in every loaded module; false if the real functions
 // could not be found (nothing is bound then).
 bool bind_hooks();

@@ -1,6 +1,6 @@
 // The interposed functions. Each hook calls the real function (found with
-// dlsym(RTLD_NEXT), so another interposed allocator keeps working) and
-// records around it:
+// dlsym(RTLD_NEXT), so another interposed allocator keeps working, and
+// checked to be a definition: definitions.h) and records around it:
 //   - a release (free, munmap, the old block of realloc) is recorded
 //     *before* the real call, an acquisition *after* it returns — the
 //     ordering rule that makes cross-thread address reuse replay exactly
@@ -53,6 +53,7 @@
 #include "format/hslog.h"
 #include "recorder/allocator.h"
 #include "recorder/attach.h"
+#include "recorder/definitions.h"
 #include "recorder/lifecycle.h"
 #include "recorder/modules.h"
 #include "recorder/own_fds.h"
@@ -103,6 +104,7 @@ struct Real {
     void (*longjmp_)(__jmp_buf_tag*, int);  // _longjmp
     void (*siglongjmp)(__jmp_buf_tag*, int);
     void (*longjmp_chk)(__jmp_buf_tag*, int);  // __longjmp_chk (_FORTIFY_SOURCE's longjmp)
+    size_t (*usable_size)(void*);              // malloc_usable_size, of the allocator malloc is
 };
 
 Real real;
@@ -147,14 +149,21 @@ CodeRange code_of(const void* fn) {
 // Preloaded, the next definition after this library's, or where none
 // follows it (libc preloaded before the recorder) the first one; attached
 // (attach.h), the one the process itself binds to, which RTLD_NEXT from a
-// dlopen'd object would miss when the executable defines it. The
-// recorder's own calls of these names reach its hooks
-// (-Bsymbolic-functions), which must find a real function either way.
+// dlopen'd object would miss when the executable defines it. Either way a
+// definition, never a canonical PLT entry nor this library's own
+// (definitions.h). The recorder's own calls of these names reach its
+// hooks (-Bsymbolic-functions), which must find a real function either way.
+void* definition(const char* name) {
+    void* found = attached() ? nullptr : dlsym(RTLD_NEXT, name);
+    return definition_of(name, found ? found : dlsym(RTLD_DEFAULT, name));
+}
+
 template <class F>
 void lookup(F& fn, const char* name) {
-    void* found = attached() ? nullptr : dlsym(RTLD_NEXT, name);
-    fn = reinterpret_cast<F>(found ? found : dlsym(RTLD_DEFAULT, name));
+    fn = reinterpret_cast<F>(definition(name));
 }
+
+void look_up_uid_functions();
 
 void find_code_ranges();
 
@@ -190,6 +199,8 @@ __attribute__((noinline)) void resolve() {
     lookup(real.longjmp_, "_longjmp");
     lookup(real.siglongjmp, "siglongjmp");
     lookup(real.longjmp_chk, "__longjmp_chk");
+    lookup(real.usable_size, "malloc_usable_size");
+    look_up_uid_functions();
     find_code_ranges();
     // Still resolving: what dlsym and dladdr allocate comes from the arena.
     detect_allocator(reinterpret_cast<void*>(real.malloc));
@@ -203,7 +214,11 @@ void find_code_ranges() {
 
 }  // namespace
 
-void resolve_real_functions() { resolve(); }
+bool resolve_real_functions() {
+    resolve();
+    return g_resolved.load(std::memory_order_acquire) && real.malloc && real.free && real.calloc && real.realloc &&
+           real.usable_size && real.mmap && real.munmap && real.pthread_create && real.dlclose;
+}
 
 namespace {
 
@@ -407,15 +422,25 @@ void record_alloc(AllocFn fn, const void* p, size_t size, Caller caller) {
 }
 
 // Records a free (when sampling: if its block was sampled); true if it did.
-__attribute__((always_inline)) inline bool record_free(const void* p) {
+// `usable`: the block's usable size, taken before the real free when
+// attached (0 otherwise). The writer writes it only for a block it never
+// saw allocated (formats/hslog.md, FreeUnknown): one allocated before
+// recording began.
+__attribute__((always_inline)) inline bool record_free(const void* p, uint64_t usable) {
     if (sampling() && !release_sampled(reinterpret_cast<uint64_t>(p))) return false;
     auto addr = reinterpret_cast<uint64_t>(p);
     emit_with(hook_state(), [&](Slot& s) {
         s = Slot{};
         s.kind = SlotKind::Free;
         s.addr = addr;
+        s.size = usable;
     });
     return true;
+}
+
+// Attached, the usable size of a block about to be freed (record_free).
+__attribute__((always_inline)) inline uint64_t usable_before_free(void* p) {
+    return attached() ? real.usable_size(p) : 0;
 }
 
 void record_mmap(const void* p, size_t length, int prot, int flags) {
@@ -642,7 +667,7 @@ HEAPSNAP_EXPORT void free(void* p) {
     // that leaves in between leaves a block the log may call freed.
     if (should_record()) {
         frame.owe(true);
-        record_free(p);
+        record_free(p, usable_before_free(p));
     }
     call_allocator(frame, false, real.free, p);
 }
@@ -680,7 +705,7 @@ void* reallocate(AllocFn fn, void* old, size_t size, Caller caller) {
     HookFrame frame(caller.frame);
     bool record = should_record();
     frame.owe(record);
-    bool old_recorded = record && old && record_free(old);
+    bool old_recorded = record && old && record_free(old, usable_before_free(old));
     void* p = call_allocator(frame, record, real.realloc, old, size);
     if (record) {
         if (p) {
@@ -1209,8 +1234,9 @@ HEAPSNAP_EXPORT int execle(const char* path, const char* arg, ...) {
 // The hooks neither allocate nor lock (writer_give_log): these calls are
 // async-signal-safe, and a program may make them from a signal handler.
 // The real functions are looked up by the library's constructor (dlsym
-// may allocate); only a call made before it, from an earlier constructor,
-// looks its function up itself.
+// may allocate) and again with the others (resolve: attached, the
+// constructor ran before the recorder knew it); only a call made before
+// the constructor, from an earlier one, looks its function up itself.
 
 namespace {
 
@@ -1218,8 +1244,7 @@ template <class Fn>
 Fn next_definition(std::atomic<Fn>& cache, const char* name) {
     Fn fn = cache.load(std::memory_order_acquire);
     if (!fn) {
-        void* found = dlsym(RTLD_NEXT, name);
-        fn = reinterpret_cast<Fn>(found ? found : dlsym(RTLD_DEFAULT, name));
+        fn = reinterpret_cast<Fn>(definition(name));
         cache.store(fn, std::memory_order_release);
     }
     return fn;
@@ -1243,7 +1268,7 @@ std::atomic<int (*)(uid_t)> g_real_seteuid{nullptr};
 std::atomic<int (*)(uid_t, uid_t)> g_real_setreuid{nullptr};
 std::atomic<int (*)(uid_t, uid_t, uid_t)> g_real_setresuid{nullptr};
 
-__attribute__((constructor)) void look_up_uid_functions() {
+__attribute__((constructor)) void look_up_uid_functions_early() {
     next_definition(g_real_setuid, "setuid");
     next_definition(g_real_seteuid, "seteuid");
     next_definition(g_real_setreuid, "setreuid");
@@ -1251,6 +1276,20 @@ __attribute__((constructor)) void look_up_uid_functions() {
 }
 
 }  // namespace
+
+namespace heapsnap::recorder {
+namespace {
+
+void look_up_uid_functions() {
+    g_real_setuid.store(reinterpret_cast<int (*)(uid_t)>(definition("setuid")), std::memory_order_release);
+    g_real_seteuid.store(reinterpret_cast<int (*)(uid_t)>(definition("seteuid")), std::memory_order_release);
+    g_real_setreuid.store(reinterpret_cast<int (*)(uid_t, uid_t)>(definition("setreuid")), std::memory_order_release);
+    g_real_setresuid.store(reinterpret_cast<int (*)(uid_t, uid_t, uid_t)>(definition("setresuid")),
+                           std::memory_order_release);
+}
+
+}  // namespace
+}  // namespace heapsnap::recorder
 
 HEAPSNAP_EXPORT int setuid(uid_t uid) {
     auto real_setuid = next_definition(g_real_setuid, "setuid");

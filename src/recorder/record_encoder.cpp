@@ -234,7 +234,7 @@ void encode_free(codec::Writer& w, const Slot& s) {
     if (uint32_t name = alloc_infos_free(s.addr))
         put_known_free(w, name, s.addr);
     else
-        hslog::put_free_unknown(w, advance_addr(s.addr));
+        hslog::put_free_unknown(w, advance_addr(s.addr), s.size);
     g_enc.events++;
 }
 
@@ -332,6 +332,7 @@ void put_process_record() {
     }
     w.bytes(cmdline, len);
     w.varint(config().sample_bytes);
+    w.u8(attached() ? 1 : 0);
     frame_commit(w);
 }
 

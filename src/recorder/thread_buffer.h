@@ -96,7 +96,8 @@ enum class SlotKind : uint8_t { Alloc, Free, Mmap, Munmap, ThreadStart, ThreadEx
 struct Slot {
     uint64_t ts;
     uint64_t addr;    // block / mapping address; stack low end for ThreadStart
-    uint64_t size;    // size / length; stack size for ThreadStart; marker index for Marker
+    uint64_t size;    // size / length; usable size for Free (attached); stack size for ThreadStart;
+                      // marker index for Marker
     uint32_t stack;   // interned stack id (Alloc, Mmap); for Marker, the unrecorded events then
     uint32_t thread;  // thread index
     uint32_t aux;     // mmap flags; os tid for ThreadStart; low half of the caller (kDeferredStack);

@@ -23,7 +23,9 @@ namespace {
 // live blocks are kept per info, oldest first, or by address.
 // Version 5 (log version 5): markers as in snapshot version 3, their
 // mallinfo2 numbers after a presence byte.
-const FileKind kCheckpointKind{"HSNAPCKP", 5, "checkpoint"};
+// Version 6 (log version 9): the process's `attached` byte and the totals
+// of frees of blocks allocated before recording, as in snapshot version 5.
+const FileKind kCheckpointKind{"HSNAPCKP", 6, "checkpoint"};
 constexpr size_t kFingerprintBytes = 4096;
 
 // FNV-1a over the log's first bytes (its header and process record): ties

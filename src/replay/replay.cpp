@@ -76,7 +76,12 @@ void Replay::free_addressed(const FreeEvent& e) {
     uint32_t slot = 0;
     if (!e.untracked) block_address_.erase(e.address, &slot);
     if (!slot) {
-        totals_.untracked_frees++;
+        if (e.usable) {
+            totals_.freed_before_blocks++;
+            totals_.freed_before_bytes += e.usable;
+        } else {
+            totals_.untracked_frees++;
+        }
         return;
     }
     remove_block(slot);
@@ -136,7 +141,8 @@ void Replay::save_state(ByteBuffer& o) const {
     put_process(o, process_);
     const SnapshotTotals& t = totals_;
     for (uint64_t v : {t.live_bytes, t.live_blocks, t.mmap_bytes, t.mmap_regions, t.events, t.allocations,
-                       t.untracked_frees, t.peak_bytes, t.peak_time_ns, last_time_ns_})
+                       t.untracked_frees, t.peak_bytes, t.peak_time_ns, t.freed_before_blocks, t.freed_before_bytes,
+                       last_time_ns_})
         o.varint(v);
     o.varint(modules_.size());
     for (const auto& [id, m] : modules_) put_module(o, m);
@@ -177,7 +183,8 @@ void Replay::load_state(codec::Reader& r) {
     get_process(r, process_);
     SnapshotTotals& t = totals_;
     for (uint64_t* v : {&t.live_bytes, &t.live_blocks, &t.mmap_bytes, &t.mmap_regions, &t.events, &t.allocations,
-                        &t.untracked_frees, &t.peak_bytes, &t.peak_time_ns, &last_time_ns_})
+                        &t.untracked_frees, &t.peak_bytes, &t.peak_time_ns, &t.freed_before_blocks,
+                        &t.freed_before_bytes, &last_time_ns_})
         *v = r.varint();
     for (uint64_t n = r.count(8); n-- && r.ok();) {
         SnapshotModule m;

@@ -214,7 +214,11 @@ std::string render_text(const AddressSpaceSummary& s, bool color) {
         rec.push_back({{"  malloc free"}, {fmt::format("{} (fordblks)", human_bytes(s.malloc_free_bytes))}});
         rec.push_back({{"  fragmentation"},
                        {fmt::format("{:.1f}% (fordblks / (uordblks + fordblks))", 100.0 * s.fragmentation)}});
-        if (s.tracked)
+        if (s.has_not_covered)
+            rec.push_back({{"  not covered by recording"},
+                           {fmt::format("{} (in use - tracked live: blocks from before attach, overhead)",
+                                        human_bytes_signed(s.not_covered_bytes))}});
+        else if (s.tracked)
             rec.push_back({{"  malloc overhead"},
                            {fmt::format("{} (in use - tracked live)",
                                         human_bytes_signed(delta(s.tracked_live_bytes, s.malloc_in_use_bytes)))}});
@@ -238,7 +242,11 @@ std::string render_text(const AddressSpaceSummary& s, bool color) {
                                         a.active ? 100.0 * static_cast<double>(a.active - a.allocated) /
                                                        static_cast<double>(a.active)
                                                  : 0.0)}});
-        if (s.tracked && (a.present & F::kAllocated))
+        if (s.has_not_covered)
+            rec.push_back({{"  not covered by recording"},
+                           {fmt::format("{} (allocated - tracked live: blocks from before attach, overhead)",
+                                        human_bytes_signed(s.not_covered_bytes))}});
+        else if (s.tracked && (a.present & F::kAllocated))
             rec.push_back({{"  malloc overhead"},
                            {fmt::format("{} (allocated - tracked live)",
                                         human_bytes_signed(delta(s.tracked_live_bytes, a.allocated)))}});
@@ -284,6 +292,8 @@ nlohmann::json to_json(const AddressSpaceSummary& s) {
     j["committed_bytes"] = s.committed_bytes;
     j["reserved_bytes"] = s.reserved_bytes;
     j["tracked"] = s.tracked;
+    j["attached"] = s.attached;
+    j["not_covered_bytes"] = s.has_not_covered ? nlohmann::json(s.not_covered_bytes) : nlohmann::json(nullptr);
     j["tracked_live_bytes"] = s.tracked ? nlohmann::json(s.tracked_live_bytes) : nlohmann::json(nullptr);
     j["tracked_live_blocks"] = s.tracked ? nlohmann::json(s.tracked_live_blocks) : nlohmann::json(nullptr);
     j["malloc"] = s.has_malloc ? malloc_json(s.malloc) : nlohmann::json(nullptr);
@@ -315,6 +325,9 @@ nlohmann::json delta_json(const AddressSpaceSummary& o, const AddressSpaceSummar
     auto null = nlohmann::json(nullptr);
     j["tracked_live_bytes"] = tracked ? nlohmann::json(delta(o.tracked_live_bytes, n.tracked_live_bytes)) : null;
     j["tracked_live_blocks"] = tracked ? nlohmann::json(delta(o.tracked_live_blocks, n.tracked_live_blocks)) : null;
+    j["not_covered_bytes"] = o.has_not_covered && n.has_not_covered
+                                 ? nlohmann::json(n.not_covered_bytes - o.not_covered_bytes)
+                                 : null;
     j["malloc"] = has_malloc ? malloc_delta_json(o.malloc, n.malloc) : null;
     j["malloc_in_use_bytes"] = has_malloc ? nlohmann::json(delta(o.malloc_in_use_bytes, n.malloc_in_use_bytes)) : null;
     j["malloc_free_bytes"] = has_malloc ? nlohmann::json(delta(o.malloc_free_bytes, n.malloc_free_bytes)) : null;

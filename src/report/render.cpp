@@ -34,6 +34,18 @@ std::string describe_moment(const Snapshot& s) {
 
 std::string signed_count(int64_t v) { return v > 0 ? fmt::format("+{}", v) : fmt::format("{}", v); }
 
+// The frees of blocks allocated before recording between the two moments
+// (counted by the replay of an attached recorder's log).
+struct FreedBefore {
+    int64_t blocks_delta;
+    int64_t bytes_delta;
+};
+
+FreedBefore freed_before(const Snapshot& a, const Snapshot& b) {
+    return {static_cast<int64_t>(b.totals.freed_before_blocks - a.totals.freed_before_blocks),
+            static_cast<int64_t>(b.totals.freed_before_bytes - a.totals.freed_before_bytes)};
+}
+
 std::string frame_location(const SymbolFrame& f) {
     if (f.file.empty()) return "";
     return terminal_safe(f.line ? fmt::format("{}:{}", f.file, f.line) : f.file);
@@ -49,6 +61,7 @@ addrspace::AddressSpaceSummary summarize_snapshot(const Snapshot& s) {
     for (const ThreadStartRecord& t : s.threads)
         if (t.stack_hi > t.stack_lo) in.thread_stacks.emplace_back(t.stack_lo, t.stack_hi);
     in.tracked = true;
+    in.attached = s.process.attached;
     in.tracked_live_bytes = s.totals.live_bytes;
     in.tracked_live_blocks = s.totals.live_blocks;
     in.malloc = s.marker.malloc;
@@ -77,6 +90,11 @@ void write_diff_text(std::ostream& os, const Snapshot& old_snap, const Snapshot&
     std::string total = fmt::format("{} bytes ({})  {} blocks", signed_count(diff.bytes_delta),
                                     human_bytes_signed(diff.bytes_delta), signed_count(diff.blocks_delta));
     out += "  total: " + (diff.bytes_delta > 0 ? p.grow(total) : diff.bytes_delta < 0 ? p.shrink(total) : total) + "\n";
+    if (old_snap.process.attached || new_snap.process.attached) {
+        FreedBefore f = freed_before(old_snap, new_snap);
+        out += fmt::format("  freed, allocated before recording: {} blocks, {} bytes (usable sizes)\n",
+                           signed_count(f.blocks_delta), signed_count(f.bytes_delta));
+    }
     if (old_snap.has_marker_data && new_snap.has_marker_data) {
         auto a = summarize_snapshot(old_snap);
         auto b = summarize_snapshot(new_snap);
@@ -136,6 +154,7 @@ nlohmann::json moment_json(const Snapshot& s) {
             {"mmap_bytes", s.totals.mmap_bytes},
             {"mmap_regions", s.totals.mmap_regions},
             {"sample_bytes", s.process.sample_bytes},
+            {"attached", s.process.attached},
             {"source", s.source}};
 }
 
@@ -162,11 +181,22 @@ nlohmann::json diff_to_json(const Snapshot& old_snap, const Snapshot& new_snap, 
                          {"delta", addrspace::delta_json(a, b)},
                          {"verdict", addrspace::verdict(a, b)}};
     }
+    nlohmann::json before = nullptr;
+    if (old_snap.process.attached || new_snap.process.attached) {
+        FreedBefore f = freed_before(old_snap, new_snap);
+        before = {{"blocks_delta", f.blocks_delta},
+                  {"bytes_delta", f.bytes_delta},
+                  {"old_blocks", old_snap.totals.freed_before_blocks},
+                  {"new_blocks", new_snap.totals.freed_before_blocks},
+                  {"old_bytes", old_snap.totals.freed_before_bytes},
+                  {"new_bytes", new_snap.totals.freed_before_bytes}};
+    }
     return {{"format", "heapsnap-diff"},
             {"version", 1},
             {"old", moment_json(old_snap)},
             {"new", moment_json(new_snap)},
             {"total", {{"bytes_delta", diff.bytes_delta}, {"blocks_delta", diff.blocks_delta}}},
+            {"freed_before_recording", std::move(before)},
             {"entries", std::move(entries)},
             {"address_space", std::move(address_space)},
             {"warnings", diff.warnings}};
@@ -186,6 +216,15 @@ std::string render_diff_csv(const DiffResult& diff) {
                            csv_field(stack));
     }
     return out;
+}
+
+std::string render_freed_before_csv(const Snapshot& old_snap, const Snapshot& new_snap) {
+    if (!old_snap.process.attached && !new_snap.process.attached) return "";
+    FreedBefore f = freed_before(old_snap, new_snap);
+    return fmt::format("{},{},{},{},{},{},freed_before_recording,{},\n", f.bytes_delta, f.blocks_delta,
+                       old_snap.totals.freed_before_bytes, new_snap.totals.freed_before_bytes,
+                       old_snap.totals.freed_before_blocks, new_snap.totals.freed_before_blocks,
+                       csv_field("freed, allocated before recording"));
 }
 
 }  // namespace heapsnap

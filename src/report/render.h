@@ -25,6 +25,10 @@ void write_diff_text(std::ostream& os, const Snapshot& old_snap, const Snapshot&
                      bool color);
 nlohmann::json diff_to_json(const Snapshot& old_snap, const Snapshot& new_snap, const DiffResult& diff);
 std::string render_diff_csv(const DiffResult& diff);
+// The CSV line of the frees of blocks allocated before recording between
+// the moments (kind `freed_before_recording`), or "" when neither moment
+// is of an attached recording.
+std::string render_freed_before_csv(const Snapshot& old_snap, const Snapshot& new_snap);
 
 // {"pid","exe","label","time_s","live_bytes","live_blocks",...} of one side.
 nlohmann::json moment_json(const Snapshot& snapshot);

@@ -334,6 +334,9 @@ private:
         else
             out_ += "  temporary         not available for a snapshot\n";
         out_ += fmt::format("  untracked frees   {}\n", t.untracked_frees);
+        if (s_.process.attached)
+            out_ += fmt::format("  freed, allocated before recording  {} blocks, {} bytes (usable sizes)\n",
+                                t.freed_before_blocks, t.freed_before_bytes);
     }
 
     void sites_by_bytes() {
@@ -506,6 +509,10 @@ nlohmann::json report_to_json(const Snapshot& s, const Report& r, size_t top) {
         {"mmap_regions", s.totals.mmap_regions},
         {"allocations", s.totals.allocations},
         {"untracked_frees", s.totals.untracked_frees},
+        {"freed_before_recording",
+         s.process.attached
+             ? nlohmann::json{{"blocks", s.totals.freed_before_blocks}, {"bytes", s.totals.freed_before_bytes}}
+             : nlohmann::json(nullptr)},
         {"peak_bytes", s.totals.peak_bytes},
         {"peak_time_s", s.totals.peak_bytes
                             ? nlohmann::json(static_cast<double>(since_start(s, s.totals.peak_time_ns)) / 1e9)

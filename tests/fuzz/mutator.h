@@ -84,7 +84,7 @@ inline std::vector<size_t> record_starts(const Bytes& payload) {
         } else {
             switch (static_cast<Tag>(tag)) {
                 case Tag::Process:
-                    r.str(), varints(6), r.u8(), varints(1), r.str(), r.str(), varints(1);
+                    r.str(), varints(6), r.u8(), varints(1), r.str(), r.str(), varints(1), r.u8();
                     break;
                 case Tag::ModuleLoad: varints(5), r.str(), r.str(); break;
                 case Tag::ModuleUnload: varints(2); break;
@@ -98,8 +98,8 @@ inline std::vector<size_t> record_starts(const Bytes& payload) {
                 case Tag::Time:
                 case Tag::AllocInfo:
                 case Tag::Free:
-                case Tag::FreeUnknown:
                 case Tag::FreeAt: varints(1); break;
+                case Tag::FreeUnknown: varints(2); break;
                 case Tag::ThreadStart: varints(5); break;
                 case Tag::ThreadExit: varints(2); break;
                 case Tag::Mmap: varints(5); break;

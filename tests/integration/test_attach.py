@@ -97,6 +97,75 @@ class AttachTest(HeapsnapTest):
         self.assertEqual(bare.said, ["ready pid=%d" % bare.pid, "grown", "grown", "bye"])
         self.assertEqual(self.labels(log)[0], labels)
 
+    def test_frees_of_blocks_allocated_before_attach(self):
+        """The seven 100-byte blocks live before attach are freed after it:
+        counted apart, with the usable size the program itself measured
+        (104 each on glibc x86-64), in dump, report, diff (text, JSON,
+        CSV); the reconciliation shows what recording does not cover."""
+        bare = Bare(self)
+        log = self.attach(bare.pid, "-o", self.path("before.hslog"))
+        a = self.snapshot(str(bare.pid), "--label", "A", "-o", self.path("a.hsnap"))
+        bare.send("free-before", "freed 7 usable 728")
+        b = self.snapshot(str(bare.pid), "--label", "B", "-o", self.path("b.hsnap"))
+        dump = self.heapsnap("dump", log).stdout.splitlines()
+        self.assertTrue(dump[0].startswith("process ") and dump[0].endswith(" attached=1"), dump[0])
+        frees = [line for line in dump if line.startswith("free ") and "untracked=1" in line]
+        self.assertEqual([line.split()[-1] for line in frees], ["usable=104"] * 7)
+
+        diff = self.diff(a, b)
+        self.assertEqual(diff["freed_before_recording"],
+                         {"blocks_delta": 7, "bytes_delta": 728, "old_blocks": 0, "new_blocks": 7, "old_bytes": 0,
+                          "new_bytes": 728})
+        self.assertEqual((diff["total"]["bytes_delta"], diff["total"]["blocks_delta"]), (0, 0))
+        self.assertEqual((diff["old"]["attached"], diff["new"]["attached"]), (True, True))
+        text = self.heapsnap("diff", a, b).stdout
+        self.assertIn("\n  freed, allocated before recording: +7 blocks, +728 bytes (usable sizes)\n", text)
+        csv = self.heapsnap("diff", a, b, "--format", "csv").stdout.splitlines()
+        self.assertEqual(csv[-1], '728,7,0,728,0,7,freed_before_recording,"freed, allocated before recording",')
+
+        report = self.json_of("report", b, "--format", "json")
+        self.assertEqual(report["totals"]["freed_before_recording"], {"blocks": 7, "bytes": 728})
+        self.assertEqual(report["totals"]["untracked_frees"], 0)
+        self.assertIn("\n  freed, allocated before recording  7 blocks, 728 bytes (usable sizes)\n",
+                      self.heapsnap("report", b).stdout)
+
+        # In use per mallinfo2 minus tracked live: what was allocated before
+        # attach and is still live, and malloc's overhead.
+        for snap in (a, b):
+            space = self.json_of("maps", snap, "--format", "json")
+            self.assertTrue(space["attached"])
+            self.assertEqual(space["not_covered_bytes"], space["malloc_in_use_bytes"] - space["tracked_live_bytes"])
+            self.assertGreater(space["not_covered_bytes"], 0)
+            self.assertRegex(self.heapsnap("maps", snap).stdout, r"\n +not covered by recording +[-+]?[\d.]+ \w*B "
+                                                                 r"\(in use - tracked live: blocks from before attach")
+        self.detach(bare.pid, log)
+        self.assertEqual(bare.finish(), (3, ""))
+
+    def test_executable_with_canonical_plt_entries(self):
+        """A non-PIE executable that keeps malloc's and free's addresses, as
+        Debian's python3 does, exports them as undefined symbols whose value
+        is its own PLT entry; dlsym answers with that entry, which jumps
+        through the slot attach rewrites to the hook. The hooks must reach
+        libc's functions: the program allocates, is recorded exactly, and
+        goes on after detach."""
+        exe = program("attach_target_nopie")
+        symbols = self.run_cmd(["readelf", "--dyn-syms", "-W", exe], expect=0).stdout
+        for name in ("malloc", "free"):
+            self.assertRegex(symbols, r"\n\s*\d+: 0*[1-9a-f][0-9a-f]* +0 FUNC +GLOBAL DEFAULT +UND %s@" % name)
+        bare = Bare(self, [exe])
+        log = self.attach(bare.pid, "-o", self.path("nopie.hslog"))
+        a = self.snapshot(str(bare.pid), "--label", "A", "-o", self.path("a.hsnap"))
+        bare.send("grow", "grown")
+        b = self.snapshot(str(bare.pid), "--label", "B", "-o", self.path("b.hsnap"))
+        diff = self.diff(a, b)
+        self.assert_site(diff, "attach_grow", "attach_target.c", "attach_grow", 13500, 9, old_bytes=0)
+        self.assert_site(diff, "attach_calloc", "attach_target.c", "attach_calloc", 3000, 3, old_bytes=0)
+        self.assertEqual((diff["total"]["bytes_delta"], diff["total"]["blocks_delta"]), (16500, 12))
+        self.detach(bare.pid, log)
+        bare.send("grow", "grown")
+        self.assertEqual(bare.finish(), (3, ""))
+        self.assertEqual(bare.said, ["ready pid=%d" % bare.pid, "grown", "grown", "bye"])
+
     def test_attach_while_eight_threads_allocate(self):
         bare = Bare(self)
         bare.send("threads 8", "started 8")

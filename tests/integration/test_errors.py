@@ -44,9 +44,9 @@ class InputErrorTest(HeapsnapTest):
     def test_other_version(self):
         data = bytearray(open(self.log(), "rb").read())
         self.assertEqual(bytes(data[:8]), b"HEAPSNAP")
-        self.assertEqual(struct.unpack_from("<I", data, 8)[0], 9)
-        struct.pack_into("<I", data, 8, 10)
-        self.assert_log_error(self.write("v10.hslog", bytes(data)), "unsupported log format version 10")
+        self.assertEqual(struct.unpack_from("<I", data, 8)[0], 10)
+        struct.pack_into("<I", data, 8, 11)
+        self.assert_log_error(self.write("v11.hslog", bytes(data)), "unsupported log format version 11")
         # Version 5 logs (two-byte thread switches only), version 4 logs
         # (no presence byte before a marker's mallinfo2), version 3 logs
         # (no short records), version 2 logs (frees by block id) and
@@ -54,7 +54,7 @@ class InputErrorTest(HeapsnapTest):
         for version in (5, 4, 3, 2, 1):
             struct.pack_into("<I", data, 8, version)
             self.assert_log_error(self.write("v%d.hslog" % version, bytes(data)),
-                                  "unsupported log format version %d (this heapsnap reads versions 6 to 9)" % version)
+                                  "unsupported log format version %d (this heapsnap reads versions 6 to 10)" % version)
 
     def test_truncated_and_corrupt(self):
         data = open(self.log(), "rb").read()

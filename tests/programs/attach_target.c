@@ -5,25 +5,32 @@
  *                        with one line on stdout once done:
  *   (at start)    -> "ready pid=<pid>"   after before_attach
  *   grow          -> "grown"             attach_grow, attach_calloc
- *   free-before   -> "freed"             the before_attach blocks freed
+ *   free-before   -> "freed 7 usable U"  the before_attach blocks freed;
+ *                                        U: their malloc_usable_size, summed
  *   threads N     -> "started N"         N threads allocate and free as
  *                                        fast as they can until `stop`
  *   stop          -> "stopped <n>"       n: 1 if every thread ran
  *   quit / EOF    -> "bye", exit status 3
  * Only read(2)/write(2) for I/O: stdio would allocate.
  *
- *   before_attach   6 x malloc(3000)     live before recording begins
+ *   before_attach   7 x malloc(100)      live before recording begins
  *   attach_grow     9 x malloc(1500)     +13500 bytes +9 blocks
  *   attach_calloc   3 x calloc(4, 250)   +3000 bytes  +3 blocks
+ *
+ * main keeps malloc's and free's addresses (taken_malloc, taken_free):
+ * built as a non-PIE executable (attach_target_nopie), that makes the
+ * linker export both as undefined symbols whose value is the program's
+ * own PLT entry, as in Debian's python3 (src/recorder/definitions.h).
  */
 #define _GNU_SOURCE
+#include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-static volatile int n_before = 6, n_grow = 9, n_calloc = 3;
-static void* volatile before_blocks[6];
+static volatile int n_before = 7, n_grow = 9, n_calloc = 3;
+static void* volatile before_blocks[7];
 static void* volatile grow_blocks[9];
 static void* volatile calloc_blocks[3];
 
@@ -34,7 +41,7 @@ static volatile int running = 0;
 static volatile unsigned long rounds[kMaxThreads];
 
 __attribute__((noinline)) void before_attach(void) {
-    for (int i = 0; i < n_before; ++i) before_blocks[i] = malloc(3000); /* @site:before_attach */
+    for (int i = 0; i < n_before; ++i) before_blocks[i] = malloc(100); /* @site:before_attach */
 }
 
 __attribute__((noinline)) void attach_grow(void) {
@@ -45,9 +52,18 @@ __attribute__((noinline)) void attach_calloc(void) {
     for (int i = 0; i < n_calloc; ++i) calloc_blocks[i] = calloc(4, 250); /* @site:attach_calloc */
 }
 
-__attribute__((noinline)) void free_before(void) {
-    for (int i = 0; i < n_before; ++i) free(before_blocks[i]);
+/* Returns the blocks' usable size, summed. */
+__attribute__((noinline)) long free_before(void) {
+    long usable = 0;
+    for (int i = 0; i < n_before; ++i) {
+        usable += (long)malloc_usable_size(before_blocks[i]);
+        free(before_blocks[i]);
+    }
+    return usable;
 }
+
+void* (*volatile taken_malloc)(size_t);
+void (*volatile taken_free)(void*);
 
 /* Allocates and frees as fast as it can: a few live blocks of varying
  * sizes, each freed and replaced in turn. */
@@ -77,7 +93,7 @@ static void say(const char* s) {
 }
 
 static void say_number(const char* head, long v) {
-    char text[64];
+    char text[96];
     char digits[24];
     int k = 0;
     do digits[k++] = (char)('0' + v % 10);
@@ -105,6 +121,8 @@ static int read_line(char* line, size_t cap) {
 }
 
 int main(void) {
+    taken_malloc = malloc;
+    taken_free = free;
     before_attach();
     say_number("ready pid=", (long)getpid());
     char line[128];
@@ -114,8 +132,7 @@ int main(void) {
             attach_calloc();
             say("grown\n");
         } else if (strcmp(line, "free-before") == 0) {
-            free_before();
-            say("freed\n");
+            say_number("freed 7 usable ", free_before());
         } else if (strncmp(line, "threads ", 8) == 0) {
             int n = atoi(line + 8);
             if (n > kMaxThreads) n = kMaxThreads;

@@ -122,14 +122,14 @@ TEST_CASE("log format: exact bytes of the heap records") {
     hslog::put_free(w, 0x1234);
     hslog::put_alloc_at(w, hslog::AllocFn::Malloc, 0x10000, 65536, 1);
     hslog::put_free_at(w, -0x10);
-    hslog::put_free_unknown(w, 1);
+    hslog::put_free_unknown(w, 1, 104);
     std::vector<uint8_t> got(buf, buf + w.size());
     std::vector<uint8_t> expected = {0x31, 0x64, 0x03,                    // Alloc calloc, size 100, stack 3
                                      0x81, 0x2c,                          // short AllocInfo 300 (0x12c)
                                      0xd2, 0x34,                          // short Free info 0x1234
                                      0x40, 0x80, 0x80, 0x08, 0x80, 0x80, 0x04, 0x01,  // AllocAt +0x10000, 65536
                                      0x15, 0x1f,                          // FreeAt -16 (zigzag 31)
-                                     0x14, 0x02};                         // FreeUnknown +1
+                                     0x14, 0x02, 0x68};                   // FreeUnknown +1, usable 104
     CHECK(got == expected);
 }
 
@@ -360,15 +360,16 @@ TEST_CASE("log reader: bad input is refused with one clear message") {
         older.frame();
         TempFile f{older.write()};
         CHECK(expect_error(f.path) == f.path + ": unsupported log format version " + std::to_string(version) +
-                                          " (this heapsnap reads versions 6 to 9)");
+                                          " (this heapsnap reads versions 6 to 10)");
     }
 
     LogBuilder newer;
-    newer.header(10);
+    newer.header(11);
     newer.process();
     newer.frame();
-    TempFile v10{newer.write()};
-    CHECK(expect_error(v10.path) == v10.path + ": unsupported log format version 10 (this heapsnap reads versions 6 to 9)");
+    TempFile v11{newer.write()};
+    CHECK(expect_error(v11.path) ==
+          v11.path + ": unsupported log format version 11 (this heapsnap reads versions 6 to 10)");
 
     // Version 6 differs from 7 only by the allocator statistics it never
     // has: it is read as it is.
@@ -446,6 +447,40 @@ TEST_CASE("replay: an address freed on one thread and reused by another replays 
     CHECK(s.entries[1].stack == 2);
     CHECK(s.entries[1].bytes == 40);
     CHECK(s.totals.peak_bytes == 100);
+}
+
+// Version 9: an attached recorder says so, and an unknown block's free
+// carries its usable size; replay counts those frees apart, with their
+// bytes. Version 8's FreeUnknown has no size: an untracked free.
+TEST_CASE("replay: frees of blocks allocated before recording, version 10 and 8") {
+    for (uint32_t version : {8u, 10u}) {
+        CAPTURE(version);
+        LogBuilder b;
+        b.header(version);
+        b.process(0, true);
+        b.stack(1, {{0, 0x10}});
+        b.alloc(1100000, 0x5000, 100, 1);
+        b.marker(1200000, 1, "A");
+        for (uint64_t i = 0; i < 7; ++i) b.free_(1300000 + i * 1000, 0x9000 + i * 0x70, 104);
+        b.free_(1400000, 0x5000);
+        b.marker(1500000, 2, "B");
+        b.frame();
+        TempFile f{b.write()};
+        Snapshot a = snapshot_at(f.path, parse_moment("A"));
+        Snapshot s = snapshot_at(f.path, parse_moment("B"));
+        CHECK(s.process.attached == (version >= 10));
+        CHECK(a.totals.freed_before_blocks == 0);
+        CHECK(s.totals.live_blocks == 0);
+        if (version >= 10) {
+            CHECK(s.totals.freed_before_blocks == 7);
+            CHECK(s.totals.freed_before_bytes == 728);
+            CHECK(s.totals.untracked_frees == 0);
+        } else {
+            CHECK(s.totals.freed_before_blocks == 0);
+            CHECK(s.totals.freed_before_bytes == 0);
+            CHECK(s.totals.untracked_frees == 7);
+        }
+    }
 }
 
 TEST_CASE("replay: a free takes the newest live block of its info; totals stay exact") {

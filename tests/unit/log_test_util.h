@@ -37,7 +37,8 @@ public:
     // and must be whole microseconds (hslog::kTimeUnitNs). Unlike the
     // recorder, the builder writes a Time record before every event whose
     // time differs, so tests keep exact times.
-    void process(uint64_t sample_bytes = 0) {
+    // `attached`: the Process record's byte of version 9 on.
+    void process(uint64_t sample_bytes = 0, bool attached = false) {
         codec::Writer w = room();
         w.u8(static_cast<uint8_t>(hslog::Tag::Process));
         w.str("test");
@@ -52,6 +53,7 @@ public:
         w.str("/bin/prog");
         w.bytes("prog\0-x", 7);
         w.varint(sample_bytes);
+        if (version_ >= hslog::kAttachedVersion) w.u8(attached ? 1 : 0);
         done(w);
     }
     void stack(uint32_t id, std::vector<std::pair<uint32_t, uint64_t>> frames) {
@@ -95,14 +97,18 @@ public:
         events_++;
         done(w);
     }
-    void free_(uint64_t t, uint64_t addr) {
+    // `usable`: an unknown block's usable size (version 9 on).
+    void free_(uint64_t t, uint64_t addr, uint64_t usable = 0) {
         codec::Writer w = room();
         time(w, t);
         if (auto it = live_.find(addr); it != live_.end()) {
             put_known_free(w, it->second, addr);
             live_.erase(it);
+        } else if (version_ >= hslog::kAttachedVersion) {
+            hslog::put_free_unknown(w, delta(addr), usable);
         } else {
-            hslog::put_free_unknown(w, delta(addr));
+            w.u8(static_cast<uint8_t>(hslog::Tag::FreeUnknown));
+            w.svarint(delta(addr));
         }
         events_++;
         done(w);

@@ -1,6 +1,7 @@
 // .hsnap round trip and refusal of damaged files.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 
@@ -8,6 +9,7 @@
 #include "log_test_util.h"
 #include "util/error.h"
 #include "util/files.h"
+#include "util/read_budget.h"
 
 using namespace heapsnap;
 
@@ -71,6 +73,53 @@ TEST_CASE("snapshot: another allocator's statistics are kept") {
     CHECK(s.marker.label == "after warm-up");
 }
 
+TEST_CASE("snapshot: an attached recording's frees from before it are kept") {
+    test::TempFile f{"/tmp/heapsnap-snapshot-attached.hsnap"};
+    Snapshot in = sample();
+    in.process.attached = true;
+    in.totals.untracked_frees = 2;
+    in.totals.freed_before_blocks = 7;
+    in.totals.freed_before_bytes = 728;
+    write_snapshot(f.path, in);
+    Snapshot s = read_snapshot(f.path);
+    CHECK(s.process.attached);
+    CHECK(s.totals.untracked_frees == 2);
+    CHECK(s.totals.freed_before_blocks == 7);
+    CHECK(s.totals.freed_before_bytes == 728);
+    CHECK(s.entries.size() == 1);
+}
+
+// Version 4 is version 5 without the Process record's `attached` byte and
+// the two totals after peak_time_ns: made here from a version-5 body.
+TEST_CASE("snapshot: version 4 is still read") {
+    test::TempFile f{"/tmp/heapsnap-snapshot-v4.hsnap"};
+    Snapshot in = sample();
+    in.totals.peak_time_ns = 300;
+    ByteBuffer process;
+    put_process(process, in.process);
+    write_snapshot(f.path, in);
+    MemoryCharge held;
+    std::vector<uint8_t> body = read_framed_file(f.path, FileKind{"HSNAPSHT", kSnapshotVersion, "snapshot"}, held);
+    // The body starts with the Process section; its last byte is `attached`.
+    size_t attached_at = process.bytes().size() - 1;
+    REQUIRE(body[attached_at] == 0);
+    body.erase(body.begin() + static_cast<long>(attached_at));
+    // Totals follow the marker and the source: find peak_time_ns 300
+    // (varint ac 02) followed by the two zero totals and the module count.
+    std::vector<uint8_t> tail = {0xac, 0x02, 0x00, 0x00, 0x01};
+    auto at = std::search(body.begin(), body.end(), tail.begin(), tail.end());
+    REQUIRE(at != body.end());
+    body.erase(at + 2, at + 4);
+    write_framed_file(f.path, FileKind{"HSNAPSHT", 4, "snapshot"}, body);
+    Snapshot s = read_snapshot(f.path);
+    CHECK_FALSE(s.process.attached);
+    CHECK(s.totals.freed_before_blocks == 0);
+    CHECK(s.totals.peak_time_ns == 300);
+    CHECK(s.process.argv == std::vector<std::string>{"app", "--x"});
+    REQUIRE(s.entries.size() == 1);
+    CHECK(s.entries[0].bytes == 4800);
+}
+
 TEST_CASE("snapshot: write then read gives the same content") {
     test::TempFile f{"/tmp/heapsnap-snapshot-test.hsnap"};
     write_snapshot(f.path, sample());
@@ -109,7 +158,7 @@ TEST_CASE("snapshot: damaged files give one clear error") {
     std::vector<uint8_t> v9 = good;
     v9[8] = 9;
     put(v9);
-    CHECK(error_of(f.path) == f.path + ": unsupported snapshot format version 9 (this heapsnap reads versions 3 to 5)");
+    CHECK(error_of(f.path) == f.path + ": unsupported snapshot format version 9 (this heapsnap reads versions 3 to 6)");
     std::vector<uint8_t> flipped = good;
     flipped[flipped.size() / 2] ^= 0xff;
     put(flipped);

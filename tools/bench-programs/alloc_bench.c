@@ -7,10 +7,15 @@
  * random slot of a per-thread live set of LIVE_SET blocks (so frees hit
  * blocks of every age, as in real programs). EVENTS_PER_THREAD counts
  * malloc and free calls together. Exits 0; prints nothing.
+ *
+ * With ALLOC_BENCH_GATE set in the environment it first waits for one byte
+ * on stdin (tools/bench --attach attaches a tool meanwhile, to a process
+ * blocked in read).
  */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 static long events_per_thread = 2000000;
 static int depth = 20;
@@ -57,6 +62,10 @@ int main(int argc, char** argv) {
     if (argc > 3) depth = atoi(argv[3]);
     if (argc > 4) live_set = atol(argv[4]);
     if (threads < 1 || live_set < 1 || depth < 0) return 2;
+    if (getenv("ALLOC_BENCH_GATE")) {
+        char go;
+        if (read(0, &go, 1) != 1) return 2;
+    }
     pthread_t* ids = calloc((size_t)threads, sizeof(pthread_t));
     for (int i = 0; i < threads; ++i) pthread_create(&ids[i], NULL, thread_main, (void*)(uintptr_t)(i + 1));
     for (int i = 0; i < threads; ++i) pthread_join(ids[i], NULL);
