@@ -115,7 +115,7 @@ Enc process_record(const std::string& exe = "/nonexistent/hostile-app") {
     e.str(exe);
     e.str(std::string("hostile-app\0--flag\0", 19));
     e.varint(0);                          // sample_bytes: exact
-    e.u8(0);                              // attached: no (version 9)
+    e.u8(0);                              // attached: no (version 10)
     return e;
 }
 
