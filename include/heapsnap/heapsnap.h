@@ -28,9 +28,7 @@ extern int heapsnap_marker_v1(const char* label) __attribute__((weak));
  * Markers are numbered by their order in the log (`heapsnap markers LOG`),
  * which the writer decides: two threads marking at once get the numbers of
  * their moments, not of their calls. */
-static inline int heapsnap_marker(const char* label) {
-    return heapsnap_marker_v1 ? heapsnap_marker_v1(label) : 0;
-}
+static inline int heapsnap_marker(const char* label) { return heapsnap_marker_v1 ? heapsnap_marker_v1(label) : 0; }
 
 #ifdef __cplusplus
 }

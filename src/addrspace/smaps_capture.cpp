@@ -189,11 +189,8 @@ private:
             case State::Path:
                 if (path_len_ < path_cap_) path_buf_[path_len_++] = c;
                 break;
-            case State::Value:
-                value_.add(c);
-                break;
-            case State::Skip:
-                break;
+            case State::Value: value_.add(c); break;
+            case State::Skip: break;
         }
     }
 
@@ -201,22 +198,15 @@ private:
         switch (state_) {
             case State::Inode:
             case State::PathBlanks:
-            case State::Path:
-                header_ok_ = true;
-                break;
+            case State::Path: header_ok_ = true; break;
             case State::End:
             case State::Perms:
             case State::Offset:
-            case State::Device:
-                bad_header();
-                break;
-            case State::Value:
-                value_.commit();
-                break;
+            case State::Device: bad_header(); break;
+            case State::Value: value_.commit(); break;
             case State::LineStart:
             case State::Token:
-            case State::Skip:
-                break;
+            case State::Skip: break;
         }
         state_ = State::LineStart;
     }
@@ -337,11 +327,8 @@ private:
                     state_ = State::Skip;
                 }
                 break;
-            case State::Value:
-                value_.add(c);
-                break;
-            case State::Skip:
-                break;
+            case State::Value: value_.add(c); break;
+            case State::Skip: break;
         }
     }
 

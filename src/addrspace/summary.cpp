@@ -20,7 +20,6 @@ using Range = std::pair<uint64_t, uint64_t>;
 constexpr uint64_t kArenaSize = 64ULL << 20;  // glibc HEAP_MAX_SIZE on 64-bit
 constexpr uint64_t kKiB = 1024;
 
-
 bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
 bool is_shared(const MapRegion& r) { return (r.perms & hslog::kShared) != 0; }
@@ -233,9 +232,8 @@ AddressSpaceSummary summarize(const SummaryInputs& in) {
     }
 
     for (auto& [path, stats] : images) s.images.push_back(ImageUsage{path, stats});
-    std::stable_sort(s.images.begin(), s.images.end(), [](const ImageUsage& a, const ImageUsage& b) {
-        return a.stats.size_bytes > b.stats.size_bytes;
-    });
+    std::stable_sort(s.images.begin(), s.images.end(),
+                     [](const ImageUsage& a, const ImageUsage& b) { return a.stats.size_bytes > b.stats.size_bytes; });
 
     // Free: the largest hole between regions in user space.
     uint64_t covered_to = 0;
@@ -269,7 +267,8 @@ AddressSpaceSummary summarize(const SummaryInputs& in) {
     }
     s.has_allocator = in.has_allocator;
     s.allocator = in.allocator;
-    if (s.attached && (in.has_malloc || (in.has_allocator && (in.allocator.present & hslog::AllocatorStats::kAllocated)))) {
+    if (s.attached &&
+        (in.has_malloc || (in.has_allocator && (in.allocator.present & hslog::AllocatorStats::kAllocated)))) {
         uint64_t in_use = in.has_malloc ? s.malloc_in_use_bytes : in.allocator.allocated;
         s.has_not_covered = true;
         s.not_covered_bytes = static_cast<int64_t>(in_use) - static_cast<int64_t>(in.tracked_live_bytes);

@@ -107,7 +107,7 @@ const char* category_name(Category c);
 inline size_t idx(Category c) { return static_cast<size_t>(c); }
 
 // Busy: every category but Free (Recorder included).
-inline constexpr Category kBusyCategories[] = {Category::Heap,      Category::Stack, Category::Image,
+inline constexpr Category kBusyCategories[] = {Category::Heap,       Category::Stack,     Category::Image,
                                                Category::MappedFile, Category::Anonymous, Category::Other,
                                                Category::Recorder};
 // The categories that can be the verdict's dominant growth.
@@ -127,7 +127,7 @@ struct SummaryInputs {
     std::vector<std::pair<uint64_t, uint64_t>> heap_block_ranges;
     // [lo, hi) stacks of live threads, from thread start records.
     std::vector<std::pair<uint64_t, uint64_t>> thread_stacks;
-    bool tracked = false;  // recorder data present (false for `maps PID` of an unrecorded process)
+    bool tracked = false;   // recorder data present (false for `maps PID` of an unrecorded process)
     bool attached = false;  // the recorder was attached to the running process (heapsnap attach)
     uint64_t tracked_live_bytes = 0;
     uint64_t tracked_live_blocks = 0;
@@ -176,7 +176,7 @@ struct AddressSpaceSummary {
     std::array<uint64_t, kCategoryCount> committed_size{};   // accessible part of size_bytes
     std::array<LargestRegion, kCategoryCount> largest{};     // indexed by Category
     std::array<CategoryStats, kRegionTypeCount> types{};     // indexed by RegionType
-    std::vector<ImageUsage> images;  // the Image row per module, largest virtual size first
+    std::vector<ImageUsage> images;                          // the Image row per module, largest virtual size first
     CategoryStats committed;                                 // accessible regions
     CategoryStats reserved;                                  // PROT_NONE regions
     uint64_t busy_bytes = 0;                                 // virtual size of all categories but Free

@@ -67,7 +67,8 @@ int detach(const DetachOptions& o) {
     const std::string head = "ok detach\n";
     if (answer.text.compare(0, head.size(), head) != 0 || answer.text.back() != '\n')
         throw Error(who + (answer.text.empty() ? " ended before its log was ended" : ": malformed reply"));
-    std::optional<std::string> log = unescape_reply_field(answer.text.substr(head.size(), answer.text.size() - head.size() - 1));
+    std::optional<std::string> log =
+        unescape_reply_field(answer.text.substr(head.size(), answer.text.size() - head.size() - 1));
     if (!log) throw Error(who + ": malformed reply");
     std::cerr << "heapsnap: log: " << terminal_safe(*log) << "\n";
     return kExitOk;

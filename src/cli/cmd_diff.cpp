@@ -73,8 +73,10 @@ bool is_every_marker(const std::string& arg, std::string* log) {
 }
 
 GroupBy group_by_of(const std::string& name) {
-    static const std::pair<const char*, GroupBy> kGroups[] = {
-        {"stack", GroupBy::Stack}, {"function", GroupBy::Function}, {"line", GroupBy::Line}, {"module", GroupBy::Module}};
+    static const std::pair<const char*, GroupBy> kGroups[] = {{"stack", GroupBy::Stack},
+                                                              {"function", GroupBy::Function},
+                                                              {"line", GroupBy::Line},
+                                                              {"module", GroupBy::Module}};
     for (const auto& [n, value] : kGroups)
         if (name == n) return value;
     return GroupBy::Stack;
@@ -122,8 +124,7 @@ int run_trend(const DiffCliOptions& o) {
             moments.push_back(load_moment(arg));
         }
     }
-    if (moments.size() < 2)
-        throw Error(o.old_arg + " has only one marker; a trend needs at least two moments");
+    if (moments.size() < 2) throw Error(o.old_arg + " has only one marker; a trend needs at least two moments");
     auto options = selection_of<TrendOptions>(o);
     Symbolizer symbolizer;
     TrendResult result = trend(moments, options, symbolizer);
@@ -198,7 +199,8 @@ int run_diff(const DiffCliOptions& o) {
         write_diff_text(std::cout, a, b, result, color);
     std::cout.flush();
     if (o.fail_above >= 0 && result.bytes_delta > o.fail_above) {
-        std::cerr << "heapsnap: growth of " << result.bytes_delta << " bytes exceeds --fail-above " << o.fail_above << "\n";
+        std::cerr << "heapsnap: growth of " << result.bytes_delta << " bytes exceeds --fail-above " << o.fail_above
+                  << "\n";
         return kExitThreshold;
     }
     return kExitOk;
@@ -236,7 +238,8 @@ void setup_diff(CLI::App& app, Action& action) {
         ->check(one_of({"auto", "always", "never"}))
         ->default_val(o->color);
     sub->footer(
-        "Examples:\n  heapsnap diff before.hsnap after.hsnap\n  heapsnap diff app.hslog@warm-up app.hslog@exit --format json\n"
+        "Examples:\n  heapsnap diff before.hsnap after.hsnap\n  heapsnap diff app.hslog@warm-up app.hslog@exit "
+        "--format json\n"
         "  heapsnap diff a.hsnap b.hsnap --group-by function --top 10 --fail-above 1048576\n"
         "  heapsnap diff a.hsnap b.hsnap --format svg > growth.svg\n"
         "  heapsnap diff a.hsnap b.hsnap --format folded | flamegraph.pl > growth.svg\n"

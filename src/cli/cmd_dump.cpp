@@ -79,8 +79,8 @@ std::string comma_joined(const std::vector<std::string>& items, Text text) {
 // back.
 std::string argv_text(const std::vector<std::string>& argv) {
     std::string raw = comma_joined(argv, [](const std::string& a) { return a; });
-    bool own_commas = std::any_of(argv.begin(), argv.end(),
-                                  [](const std::string& a) { return a.find(',') != std::string::npos; });
+    bool own_commas =
+        std::any_of(argv.begin(), argv.end(), [](const std::string& a) { return a.find(',') != std::string::npos; });
     if (plain(raw) && !own_commas) return raw;
     return "\"" + comma_joined(argv, [](const std::string& a) { return escaped(a, true); }) + "\"";
 }
@@ -103,7 +103,8 @@ public:
     }
     void on_stack(uint32_t stack, std::span<const StackFrame> frames) override {
         std::string list;
-        for (const StackFrame& f : frames) list += fmt::format("{}{}:{:#x}", list.empty() ? "" : ",", f.module, f.vaddr);
+        for (const StackFrame& f : frames)
+            list += fmt::format("{}{}:{:#x}", list.empty() ? "" : ",", f.module, f.vaddr);
         bool paused = frames.size() == 1 && hslog::is_paused_site_frame(frames[0].module, frames[0].vaddr);
         line(fmt::format("stack id={} frames={}{}", stack, list,
                          paused ? std::string(" site=") + quoted(hslog::kPausedSiteName) : ""));
@@ -142,16 +143,17 @@ public:
         line(fmt::format("munmap t={} thread={} addr={:#x} length={}", secs(e.time_ns), e.thread, e.address, e.length));
     }
     void on_marker(const MarkerRecord& m) override {
-        line(fmt::format("marker t={} thread={} index={} cause={} label={} events={} unrecorded={} rss_kb={} threads={} "
-                         "regions={}",
-                         secs(m.time_ns), m.thread, m.index, marker_cause_name(m.cause), quoted(m.label), m.events,
-                         m.unrecorded, m.rss_kb, m.threads, m.regions.size()));
+        line(
+            fmt::format("marker t={} thread={} index={} cause={} label={} events={} unrecorded={} rss_kb={} threads={} "
+                        "regions={}",
+                        secs(m.time_ns), m.thread, m.index, marker_cause_name(m.cause), quoted(m.label), m.events,
+                        m.unrecorded, m.rss_kb, m.threads, m.regions.size()));
     }
     void on_end(const EndRecord& e) override {
         static const char* const reasons[] = {"exit", "exec", "shutdown"};
         auto r = static_cast<unsigned>(e.reason);
-        line(fmt::format("end t={} reason={} events={} unrecorded={}", secs(e.time_ns), r < 3 ? reasons[r] : "?", e.events,
-                         e.unrecorded));
+        line(fmt::format("end t={} reason={} events={} unrecorded={}", secs(e.time_ns), r < 3 ? reasons[r] : "?",
+                         e.events, e.unrecorded));
     }
 
 private:

@@ -70,7 +70,8 @@ void setup_maps(CLI::App& app, Action& action) {
     CLI::App* sub = app.add_subcommand("maps", "Address-space summary of a process or a snapshot (!address -summary)");
     sub->add_option("target", o->target, "PID, .hsnap file, or LOG@MARKER")->required();
     sub->add_option("--format", o->format, "text or json")->check(one_of({"text", "json"}))->default_val("text");
-    sub->footer("Examples:\n  heapsnap maps 4242\n  heapsnap maps b.hsnap --format json\n  heapsnap maps app.hslog@exit");
+    sub->footer(
+        "Examples:\n  heapsnap maps 4242\n  heapsnap maps b.hsnap --format json\n  heapsnap maps app.hslog@exit");
     sub->callback([o, &action] { action = [o] { return maps(*o); }; });
 }
 

@@ -55,13 +55,14 @@ int markers(const MarkersOptions& o) {
         std::cout << fmt::format("{:>4}  {:>10}  {:<20}  {:>12}  {:>11}  {:>12}  {:>12}  {:>7}\n", "#", "time (s)",
                                  "label", "live bytes", "live blocks", "RSS", "events", "threads");
         for (const MarkerRow& r : listing.rows)
-            std::cout << fmt::format("{:>4}  {:>10.3f}  {:<20}  {:>12}  {:>11}  {:>12}  {:>12}  {:>7}\n", r.marker.index,
-                                     r.time_s, terminal_safe(r.marker.label), size(r.live_bytes), r.live_blocks,
-                                     size(r.marker.rss_kb * 1024), r.marker.events, r.marker.threads);
+            std::cout << fmt::format("{:>4}  {:>10.3f}  {:<20}  {:>12}  {:>11}  {:>12}  {:>12}  {:>7}\n",
+                                     r.marker.index, r.time_s, terminal_safe(r.marker.label), size(r.live_bytes),
+                                     r.live_blocks, size(r.marker.rss_kb * 1024), r.marker.events, r.marker.threads);
         if (listing.rows.empty()) std::cout << "(no markers)\n";
         if (listing.process.sample_bytes) std::cout << sampling_note(listing.process.sample_bytes) << "\n";
     }
-    if (listing.truncated) warn(o.log + ": the log ends inside a frame; markers up to the last complete frame are shown");
+    if (listing.truncated)
+        warn(o.log + ": the log ends inside a frame; markers up to the last complete frame are shown");
     if (listing.unrecorded)
         warn(fmt::format("{}: {} event{} could not be recorded: the live figures may miss {}", o.log,
                          listing.unrecorded, listing.unrecorded == 1 ? "" : "s",
@@ -77,7 +78,9 @@ void setup_markers(CLI::App& app, Action& action) {
     sub->add_option("log", o->log, "The .hslog file")->required();
     sub->add_option("--format", o->format, "text or json")->check(one_of({"text", "json"}))->default_val("text");
     sub->add_flag("--bytes", o->bytes, "Exact byte counts instead of human-readable sizes");
-    sub->footer("Examples:\n  heapsnap markers app.hslog\n  heapsnap markers app.hslog --format json | jq '.markers[] | {label, live_bytes}'");
+    sub->footer(
+        "Examples:\n  heapsnap markers app.hslog\n  heapsnap markers app.hslog --format json | jq '.markers[] | "
+        "{label, live_bytes}'");
     sub->callback([o, &action] { action = [o] { return markers(*o); }; });
 }
 

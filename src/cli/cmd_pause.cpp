@@ -38,10 +38,10 @@ int steer_process(const PauseOptions& o, SteerRequest request) {
 void add_command(CLI::App& app, Action& action, SteerRequest request) {
     auto o = std::make_shared<PauseOptions>();
     bool pause = request == SteerRequest::Pause;
-    CLI::App* sub = app.add_subcommand(
-        pause ? "pause" : "resume",
-        pause ? "Stop recording stacks in a running recorded process (allocations are still counted)"
-              : "Record stacks again in a paused process");
+    CLI::App* sub =
+        app.add_subcommand(pause ? "pause" : "resume",
+                           pause ? "Stop recording stacks in a running recorded process (allocations are still counted)"
+                                 : "Record stacks again in a paused process");
     sub->add_option("pid", o->pid, "PID of a recorded process")->required()->check(count_in(1, INT32_MAX));
     sub->add_option("--timeout", o->timeout, "Seconds to wait for the marker")
         ->check(number_in(0.1, 3600, "s"))

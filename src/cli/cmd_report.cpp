@@ -51,8 +51,7 @@ int run_report(const ReportCliOptions& o) {
     if (looks_like_snapshot(o.target)) {
         moment = read_snapshot(o.target);
     } else if (split_log_at(o.target, &log, &moment_text)) {
-        if (looks_like_snapshot(log))
-            throw Error(o.target + ": a snapshot file has one moment; drop @" + moment_text);
+        if (looks_like_snapshot(log)) throw Error(o.target + ": a snapshot file has one moment; drop @" + moment_text);
     } else if (looks_like_log(o.target)) {
         log = o.target;
         moment_text = "exit";

@@ -161,7 +161,8 @@ void forward_signal(int sig) {
 int run(const RunOptions& o) {
     std::string lib = find_preload_library();
     char dir_template[] = "/tmp/heapsnap-run.XXXXXX";
-    if (!mkdtemp(dir_template)) throw Error(std::string("cannot create a temporary directory: ") + std::strerror(errno));
+    if (!mkdtemp(dir_template))
+        throw Error(std::string("cannot create a temporary directory: ") + std::strerror(errno));
     std::string dir = dir_template;
     std::string paths_file = dir + "/logs";
     int fd = open(paths_file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -227,7 +228,8 @@ int run(const RunOptions& o) {
     for (std::string line; std::getline(paths, line);)
         if (!line.empty() && access(line.c_str(), F_OK) == 0) std::cerr << "heapsnap: log: " << line << "\n", ++logs;
     if (!logs && is_set_id(o.command[0]))
-        warn(o.command[0] + " is setuid/setgid: such programs are not recorded (secure-execution mode); no log was written");
+        warn(o.command[0] +
+             " is setuid/setgid: such programs are not recorded (secure-execution mode); no log was written");
     else if (!logs)
         warn("no log was written (see the recorder's message above, if any)");
     unlink(paths_file.c_str());
@@ -277,16 +279,17 @@ std::string find_preload_library() {
         throw Error(std::string("HEAPSNAP_PRELOAD_LIB=") + env + ": " + std::strerror(errno));
     }
     std::string dir = self_dir();
-    for (const char* rel : {"/libheapsnap_preload.so", "/../lib/heapsnap/libheapsnap_preload.so",
-                            "/../lib/x86_64-linux-gnu/heapsnap/libheapsnap_preload.so",
-                            "/../lib64/heapsnap/libheapsnap_preload.so"}) {
+    for (const char* rel :
+         {"/libheapsnap_preload.so", "/../lib/heapsnap/libheapsnap_preload.so",
+          "/../lib/x86_64-linux-gnu/heapsnap/libheapsnap_preload.so", "/../lib64/heapsnap/libheapsnap_preload.so"}) {
         std::string candidate = dir + rel;
         if (access(candidate.c_str(), R_OK) == 0) {
             char resolved[4096];
             return realpath(candidate.c_str(), resolved) ? std::string(resolved) : candidate;
         }
     }
-    throw Error("cannot find libheapsnap_preload.so next to " + dir + " or in ../lib/heapsnap (set HEAPSNAP_PRELOAD_LIB)");
+    throw Error("cannot find libheapsnap_preload.so next to " + dir +
+                " or in ../lib/heapsnap (set HEAPSNAP_PRELOAD_LIB)");
 }
 
 namespace {

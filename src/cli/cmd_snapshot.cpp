@@ -105,7 +105,8 @@ int snapshot(const SnapshotOptions& o) {
             throw Error("process " + std::to_string(pid) + ": the log it passed is of another process (pid " +
                         std::to_string(snap.process.pid) + ")");
         if (output.empty())
-            output = "heapsnap." + exe_name(snap) + "." + std::to_string(pid) + "." + std::to_string(reply.marker) + ".hsnap";
+            output = "heapsnap." + exe_name(snap) + "." + std::to_string(pid) + "." + std::to_string(reply.marker) +
+                     ".hsnap";
     } else {
         snap = snapshot_at(o.target, parse_moment(o.at));
         if (output.empty()) {
@@ -124,7 +125,8 @@ int snapshot(const SnapshotOptions& o) {
 
 void setup_snapshot(CLI::App& app, Action& action) {
     auto o = std::make_shared<SnapshotOptions>();
-    CLI::App* sub = app.add_subcommand("snapshot", "Freeze the live heap of a running process (PID) or of a log moment");
+    CLI::App* sub =
+        app.add_subcommand("snapshot", "Freeze the live heap of a running process (PID) or of a log moment");
     sub->add_option("target", o->target, "PID of a recorded process, or a .hslog file")->required();
     sub->add_option("-o,--output", o->output, "Snapshot file to write (default: derived from the process or log)");
     sub->add_option("--at", o->at, "With a LOG: label, 1-based index, exit, peak, end, or a time like 12.5s")

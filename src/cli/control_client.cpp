@@ -201,8 +201,7 @@ UniqueFd connect_to_recorder(pid_t pid, const ProcessUids& uids, const std::func
             socklen_t peer_len = sizeof peer;
             if (getsockopt(sock.get(), SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) != 0)
                 throw ControlError(Kind::System, std::string("SO_PEERCRED: ") + std::strerror(errno));
-            if (peer.pid == pid && (peer.uid == 0 || peer.uid == uids.real || peer.uid == uids.effective))
-                return sock;
+            if (peer.pid == pid && (peer.uid == 0 || peer.uid == uids.real || peer.uid == uids.effective)) return sock;
             if (!squatted)
                 squatted = who + ": the control socket @" + name + " is held by another process (pid " +
                            std::to_string(peer.pid) + ", uid " + std::to_string(peer.uid) + "); refusing its answer";
@@ -230,8 +229,8 @@ ControlAnswer control_exchange(pid_t pid, const ProcessUids& uids, const std::st
         return left <= 0 ? 0 : static_cast<int>(left * 1000) + 1;
     };
     auto timed_out = [&] {
-        return ControlError(Kind::Timeout, who + " did not " + waiting_for + " within " + fmt::format("{:g}", timeout_s) +
-                                               " s (is it stopped?)");
+        return ControlError(Kind::Timeout, who + " did not " + waiting_for + " within " +
+                                               fmt::format("{:g}", timeout_s) + " s (is it stopped?)");
     };
     UniqueFd sock = connect_to_recorder(pid, uids, remaining_ms, timed_out);
 

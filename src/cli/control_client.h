@@ -109,8 +109,8 @@ std::optional<SnapshotAnswer> parse_snapshot_answer(const std::string& answer);
 
 struct InfoAnswer {
     pid_t pid = 0;
-    uid_t uid = 0;   // real
-    uid_t euid = 0;  // effective
+    uid_t uid = 0;          // real
+    uid_t euid = 0;         // effective
     uint64_t since_ns = 0;  // CLOCK_REALTIME at the start of the log, ns since the epoch
     uint64_t events = 0;
     std::string exe;

@@ -164,17 +164,76 @@ const Symbol* function_at(const std::vector<Symbol>& symbols, uint64_t vaddr) {
 // libc functions that hold none of libc's locks while they block, and the
 // entry functions at the bottom of every stack. A thread stopped in one of
 // them (entered from the program) may run dlopen and the recorder's start.
-const std::set<std::string> kSafeLibcEntries = {
-    "read", "__read", "pread64", "readv", "write", "__write", "pwrite64", "writev", "recv", "recvfrom", "recvmsg",
-    "send", "sendto", "sendmsg", "accept", "accept4", "connect", "poll", "__poll", "ppoll", "select", "__select",
-    "pselect", "epoll_wait", "epoll_pwait", "epoll_pwait2", "nanosleep", "__nanosleep", "clock_nanosleep",
-    "sleep", "usleep", "pause", "sigsuspend", "sigwait", "sigwaitinfo", "sigtimedwait", "wait", "waitpid",
-    "__waitpid", "wait3", "wait4", "waitid", "pthread_join", "pthread_timedjoin_np", "pthread_clockjoin_np",
-    "__pthread_clockjoin_ex", "pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_clockwait",
-    "pthread_mutex_lock", "pthread_mutex_timedlock", "pthread_mutex_clocklock", "pthread_rwlock_rdlock",
-    "pthread_rwlock_wrlock", "pthread_rwlock_timedrdlock", "pthread_rwlock_timedwrlock", "sem_wait",
-    "sem_timedwait", "sem_clockwait", "pthread_barrier_wait", "msgrcv", "semop", "semtimedop", "flock",
-    "syscall", "__libc_start_main", "clone", "__clone", "clone3", "__clone3"};
+const std::set<std::string> kSafeLibcEntries = {"read",
+                                                "__read",
+                                                "pread64",
+                                                "readv",
+                                                "write",
+                                                "__write",
+                                                "pwrite64",
+                                                "writev",
+                                                "recv",
+                                                "recvfrom",
+                                                "recvmsg",
+                                                "send",
+                                                "sendto",
+                                                "sendmsg",
+                                                "accept",
+                                                "accept4",
+                                                "connect",
+                                                "poll",
+                                                "__poll",
+                                                "ppoll",
+                                                "select",
+                                                "__select",
+                                                "pselect",
+                                                "epoll_wait",
+                                                "epoll_pwait",
+                                                "epoll_pwait2",
+                                                "nanosleep",
+                                                "__nanosleep",
+                                                "clock_nanosleep",
+                                                "sleep",
+                                                "usleep",
+                                                "pause",
+                                                "sigsuspend",
+                                                "sigwait",
+                                                "sigwaitinfo",
+                                                "sigtimedwait",
+                                                "wait",
+                                                "waitpid",
+                                                "__waitpid",
+                                                "wait3",
+                                                "wait4",
+                                                "waitid",
+                                                "pthread_join",
+                                                "pthread_timedjoin_np",
+                                                "pthread_clockjoin_np",
+                                                "__pthread_clockjoin_ex",
+                                                "pthread_cond_wait",
+                                                "pthread_cond_timedwait",
+                                                "pthread_cond_clockwait",
+                                                "pthread_mutex_lock",
+                                                "pthread_mutex_timedlock",
+                                                "pthread_mutex_clocklock",
+                                                "pthread_rwlock_rdlock",
+                                                "pthread_rwlock_wrlock",
+                                                "pthread_rwlock_timedrdlock",
+                                                "pthread_rwlock_timedwrlock",
+                                                "sem_wait",
+                                                "sem_timedwait",
+                                                "sem_clockwait",
+                                                "pthread_barrier_wait",
+                                                "msgrcv",
+                                                "semop",
+                                                "semtimedop",
+                                                "flock",
+                                                "syscall",
+                                                "__libc_start_main",
+                                                "clone",
+                                                "__clone",
+                                                "clone3",
+                                                "__clone3"};
 
 // System calls the kernel restarts unseen after PTRACE_INTERRUPT (they
 // return ERESTARTSYS, ERESTARTNOHAND or ERESTART_RESTARTBLOCK): read 0,
@@ -182,7 +241,7 @@ const std::set<std::string> kSafeLibcEntries = {
 // connect 42, accept 43, sendto 44, recvfrom 45, sendmsg 46, recvmsg 47,
 // wait4 61, rt_sigsuspend 130, futex 202, clock_nanosleep 230, waitid 247,
 // pselect6 270, ppoll 271, accept4 288.
-const std::set<long> kRestartedSyscalls = {0,  1,  7,  17,  19,  23,  34,  35,  42,  43,  44,
+const std::set<long> kRestartedSyscalls = {0,  1,  7,  17, 19,  23,  34,  35,  42,  43,  44,
                                            45, 46, 47, 61, 130, 202, 230, 247, 270, 271, 288};
 
 // 0: blocked in a system call restarted unseen; 1: running user code;
@@ -231,15 +290,18 @@ bool has_ptrace_capability() {
     else if (yama == 2 && !capable)
         reason = "kernel.yama.ptrace_scope is 2: only CAP_SYS_PTRACE may trace; run heapsnap attach as root";
     else if (yama == 1 && !capable)
-        reason = "kernel.yama.ptrace_scope is 1: only a parent may trace its descendants; run heapsnap attach as "
-                 "root, or 'sysctl kernel.yama.ptrace_scope=0'";
+        reason =
+            "kernel.yama.ptrace_scope is 1: only a parent may trace its descendants; run heapsnap attach as "
+            "root, or 'sysctl kernel.yama.ptrace_scope=0'";
     else if (filtered == 2)
-        reason = "a seccomp filter on heapsnap forbids ptrace (Seccomp: 2 in /proc/self/status); run it outside "
-                 "the filter (a container: --security-opt seccomp=unconfined)";
+        reason =
+            "a seccomp filter on heapsnap forbids ptrace (Seccomp: 2 in /proc/self/status); run it outside "
+            "the filter (a container: --security-opt seccomp=unconfined)";
     else if (geteuid() == 0 && !capable)
         reason = "heapsnap lacks CAP_SYS_PTRACE (a container without it: add it, docker run --cap-add SYS_PTRACE)";
     else
-        reason = std::string("ptrace: ") + strerror(err) + " (is the process being traced by a debugger, or not "
+        reason = std::string("ptrace: ") + strerror(err) +
+                 " (is the process being traced by a debugger, or not "
                  "dumpable?)";
     throw AttachRefused(kExitPtraceForbidden, "cannot trace " + who + ": " + reason);
 }
@@ -357,7 +419,8 @@ public:
     Stopped& operator=(const Stopped&) = delete;
 
     void save() {
-        if (ptrace(PTRACE_GETREGS, tid_, nullptr, &saved_.regs) != 0) throw Error(std::string("PTRACE_GETREGS: ") + strerror(errno));
+        if (ptrace(PTRACE_GETREGS, tid_, nullptr, &saved_.regs) != 0)
+            throw Error(std::string("PTRACE_GETREGS: ") + strerror(errno));
         saved_.xstate.assign(kXstateBytes, 0);
         iovec iov{saved_.xstate.data(), saved_.xstate.size()};
         if (ptrace(PTRACE_GETREGSET, tid_, reinterpret_cast<void*>(NT_X86_XSTATE), &iov) == 0)
@@ -386,7 +449,8 @@ public:
         r.rax = 0;
         r.rsp = sp;
         r.orig_rax = ~0ull;  // no system call to restart on these registers
-        if (ptrace(PTRACE_SETREGS, tid_, nullptr, &r) != 0) throw Error(std::string("PTRACE_SETREGS: ") + strerror(errno));
+        if (ptrace(PTRACE_SETREGS, tid_, nullptr, &r) != 0)
+            throw Error(std::string("PTRACE_SETREGS: ") + strerror(errno));
         int signal = 0;
         for (;;) {
             if (ptrace(PTRACE_CONT, tid_, nullptr, reinterpret_cast<void*>(static_cast<long>(signal))) != 0)
@@ -499,10 +563,12 @@ Injected inject_recorder(pid_t pid, const std::string& library,
     std::string exe = read_text("/proc/" + pid_text(pid) + "/cmdline");
     exe = exe.c_str();
     if (loader.empty())
-        throw AttachRefused(kExitStatic, who + " (" + exe + ") is statically linked: the recorder can only be "
-                                         "loaded into a dynamically linked program (run it under heapsnap run? "
-                                         "that needs a dynamic one too)");
-    if (libc.empty()) throw AttachRefused(kExitStatic, who + " (" + exe + ") does not use glibc: the recorder needs it");
+        throw AttachRefused(kExitStatic, who + " (" + exe +
+                                             ") is statically linked: the recorder can only be "
+                                             "loaded into a dynamically linked program (run it under heapsnap run? "
+                                             "that needs a dynamic one too)");
+    if (libc.empty())
+        throw AttachRefused(kExitStatic, who + " (" + exe + ") does not use glibc: the recorder needs it");
     std::optional<uint64_t> libc_base = base_of(target.maps(), libc);
     std::optional<uint64_t> dlopen_at = symbol_value(target.symbols(libc), "dlopen");
     std::optional<uint64_t> dlerror_at = symbol_value(target.symbols(libc), "dlerror");
@@ -559,8 +625,8 @@ Injected inject_recorder(pid_t pid, const std::string& library,
             target.reread_maps();
             std::optional<uint64_t> recorder_base = base_of(target.maps(), library);
             if (!recorder_base) throw Error(who + ": the recorder is not mapped after its dlopen");
-            uint64_t result = thread.call(*recorder_base + *attach_at, data + settings_at, data + reply_at,
-                                          kReplyBytes, call_sp, target);
+            uint64_t result = thread.call(*recorder_base + *attach_at, data + settings_at, data + reply_at, kReplyBytes,
+                                          call_sp, target);
             std::string reply = target.read_string(data + reply_at, kReplyBytes);
             thread.release();
             double stopped = now_ms() - stop_start;
@@ -568,8 +634,9 @@ Injected inject_recorder(pid_t pid, const std::string& library,
                 case 0: return Injected{reply, stopped, tid, tried};
                 case 1: throw AttachRefused(kExitAlreadyRecorded, who + " is already recorded into " + reply);
                 case 2:
-                    throw Error(who + " has the recorder preloaded, but it records no more (its recording ended or "
-                                      "failed); it cannot be attached");
+                    throw Error(who +
+                                " has the recorder preloaded, but it records no more (its recording ended or "
+                                "failed); it cannot be attached");
                 default: throw Error(who + ": recording could not start: " + reply);
             }
         }

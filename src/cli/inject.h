@@ -59,10 +59,10 @@ public:
 };
 
 struct Injected {
-    std::string log;            // the log the recorder writes
-    double stopped_ms = 0;      // how long the chosen thread was stopped
-    pid_t thread = 0;           // which
-    unsigned threads_tried = 0; // threads stopped and let go as unsafe before it
+    std::string log;             // the log the recorder writes
+    double stopped_ms = 0;       // how long the chosen thread was stopped
+    pid_t thread = 0;            // which
+    unsigned threads_tried = 0;  // threads stopped and let go as unsafe before it
 };
 
 // The checks of step 1 that attach and detach share: the process exists

@@ -98,8 +98,9 @@ void add_steering_options(CLI::App& sub, SteeringSettings& settings) {
             [](std::string& text) -> std::string {
                 std::optional<SnapshotRule> rule = parse_snapshot_rule(text);
                 if (!rule)
-                    return text + " is not a rule (rss>SIZE, live>SIZE or growth>SIZE, SIZE from 1 to 1024T, such "
-                                  "as 512M or 1G)";
+                    return text +
+                           " is not a rule (rss>SIZE, live>SIZE or growth>SIZE, SIZE from 1 to 1024T, such "
+                           "as 512M or 1G)";
                 text = rule->label;
                 return "";
             },
@@ -112,12 +113,13 @@ void check_steering(const SteeringSettings& settings, uint64_t sample_bytes) {
         if (!seen.insert(rule).second) throw CLI::ValidationError("--snapshot-when", rule + " is given twice");
         if (sample_bytes && rule.rfind("rss>", 0) != 0)
             throw CLI::ValidationError("--snapshot-when",
-                                       rule + " cannot be used with --sample-bytes (a sampled recording does not "
-                                              "count the live heap exactly; rss> can)");
+                                       rule +
+                                           " cannot be used with --sample-bytes (a sampled recording does not "
+                                           "count the live heap exactly; rss> can)");
     }
     if (settings.rules.size() > kMaxRules)
-        throw CLI::ValidationError("--snapshot-when", "at most 16 rules (" + std::to_string(settings.rules.size()) +
-                                                          " given)");
+        throw CLI::ValidationError("--snapshot-when",
+                                   "at most 16 rules (" + std::to_string(settings.rules.size()) + " given)");
 }
 
 std::vector<std::pair<std::string, std::string>> steering_environment(const SteeringSettings& settings) {

@@ -21,12 +21,8 @@ namespace heapsnap::codec {
 // The longest encoding of a 64-bit varint.
 inline constexpr size_t kMaxVarint = 10;
 
-inline uint64_t zigzag(int64_t v) {
-    return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
-}
-inline int64_t unzigzag(uint64_t v) {
-    return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1);
-}
+inline uint64_t zigzag(int64_t v) { return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63); }
+inline int64_t unzigzag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
 
 // Appends to a fixed buffer. The caller reserves enough room up front
 // (records have a known worst-case size), so put_* does not check bounds;

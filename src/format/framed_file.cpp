@@ -34,7 +34,8 @@ std::vector<uint8_t> encode_framed(const std::string& path, const FileKind& kind
     std::unique_ptr<ZSTD_CCtx, decltype(&ZSTD_freeCCtx)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
     ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_compressionLevel, 3);
     ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_checksumFlag, 1);
-    size_t n = ZSTD_compress2(cctx.get(), file.data() + kHeaderSize, file.size() - kHeaderSize, body.data(), body.size());
+    size_t n =
+        ZSTD_compress2(cctx.get(), file.data() + kHeaderSize, file.size() - kHeaderSize, body.data(), body.size());
     if (ZSTD_isError(n)) throw Error(path + ": compression failed: " + ZSTD_getErrorName(n));
     file.resize(kHeaderSize + n);
     return file;
@@ -72,7 +73,8 @@ std::vector<uint8_t> decode_body(const std::string& path, const FileKind& kind, 
         throw Error(path + ": corrupt " + name + ": bad compressed body");
     }
     if (compressed != frame_size) throw Error(path + ": corrupt " + name + ": trailing bytes after the body");
-    if (content == ZSTD_CONTENTSIZE_UNKNOWN || content > kMaxBody) throw Error(path + ": corrupt " + name + ": bad body size");
+    if (content == ZSTD_CONTENTSIZE_UNKNOWN || content > kMaxBody)
+        throw Error(path + ": corrupt " + name + ": bad body size");
     // The announced size is only a claim: a 33-byte file may announce 1 GiB.
     // Decompress in steps and grow the buffer with what actually comes out,
     // each step charged to the read budget before it is allocated.

@@ -18,7 +18,7 @@ namespace heapsnap {
 struct FileKind {
     const char* magic;  // 8 bytes
     uint32_t version;
-    const char* name;  // "snapshot", used in messages
+    const char* name;             // "snapshot", used in messages
     uint32_t oldest_version = 0;  // the oldest version read too; 0: `version` only
 };
 

@@ -141,16 +141,16 @@ enum class Tag : uint8_t {
     Thread = 0x05,  // following events belong to this thread index
     ThreadStart = 0x06,
     ThreadExit = 0x07,
-    Time = 0x08,         // advances the stream time
-    AllocInfo = 0x10,    // an allocation of a known info: its id
-    Free = 0x11,         // a small block: the info id
+    Time = 0x08,       // advances the stream time
+    AllocInfo = 0x10,  // an allocation of a known info: its id
+    Free = 0x11,       // a small block: the info id
     Mmap = 0x12,
     Munmap = 0x13,
     FreeUnknown = 0x14,  // an address the writer never saw allocated
     FreeAt = 0x15,       // a block allocated by AllocAt: its address
     Marker = 0x20,
-    Alloc = 0x30,    // 0x30 + AllocFn: size and stack of a new info, no address
-    AllocAt = 0x40,  // 0x40 + AllocFn: address, size and stack
+    Alloc = 0x30,        // 0x30 + AllocFn: size and stack of a new info, no address
+    AllocAt = 0x40,      // 0x40 + AllocFn: address, size and stack
     ShortThread = 0x50,  // 0x50-0x6f: a Thread record of index 0-31, in the tag
     End = 0x7f,
     // Short records: the tag's low 6 bits are the high bits of an info id
@@ -188,24 +188,32 @@ inline constexpr uint32_t kShortInfoLimit = 1u << 14;
 // The short records own every tag with the high bit set, so a reader tells
 // them from the rest by that bit alone: every other tag must be below 0x80.
 inline constexpr bool long_tags_below_short() {
-    const uint8_t tags[] = {
-        static_cast<uint8_t>(Tag::Process),     static_cast<uint8_t>(Tag::ModuleLoad),
-        static_cast<uint8_t>(Tag::ModuleUnload), static_cast<uint8_t>(Tag::Stack),
-        static_cast<uint8_t>(Tag::Thread),      static_cast<uint8_t>(Tag::ThreadStart),
-        static_cast<uint8_t>(Tag::ThreadExit),  static_cast<uint8_t>(Tag::Time),
-        static_cast<uint8_t>(Tag::AllocInfo),   static_cast<uint8_t>(Tag::Free),
-        static_cast<uint8_t>(Tag::Mmap),        static_cast<uint8_t>(Tag::Munmap),
-        static_cast<uint8_t>(Tag::FreeUnknown), static_cast<uint8_t>(Tag::FreeAt),
-        static_cast<uint8_t>(Tag::Marker),      alloc_tag(Tag::Alloc, static_cast<AllocFn>(kAllocFnCount - 1)),
-        alloc_tag(Tag::AllocAt, static_cast<AllocFn>(kAllocFnCount - 1)),
-        static_cast<uint8_t>(static_cast<uint8_t>(Tag::ShortThread) + kShortThreadCount - 1),
-        static_cast<uint8_t>(Tag::End)};
+    const uint8_t tags[] = {static_cast<uint8_t>(Tag::Process),
+                            static_cast<uint8_t>(Tag::ModuleLoad),
+                            static_cast<uint8_t>(Tag::ModuleUnload),
+                            static_cast<uint8_t>(Tag::Stack),
+                            static_cast<uint8_t>(Tag::Thread),
+                            static_cast<uint8_t>(Tag::ThreadStart),
+                            static_cast<uint8_t>(Tag::ThreadExit),
+                            static_cast<uint8_t>(Tag::Time),
+                            static_cast<uint8_t>(Tag::AllocInfo),
+                            static_cast<uint8_t>(Tag::Free),
+                            static_cast<uint8_t>(Tag::Mmap),
+                            static_cast<uint8_t>(Tag::Munmap),
+                            static_cast<uint8_t>(Tag::FreeUnknown),
+                            static_cast<uint8_t>(Tag::FreeAt),
+                            static_cast<uint8_t>(Tag::Marker),
+                            alloc_tag(Tag::Alloc, static_cast<AllocFn>(kAllocFnCount - 1)),
+                            alloc_tag(Tag::AllocAt, static_cast<AllocFn>(kAllocFnCount - 1)),
+                            static_cast<uint8_t>(static_cast<uint8_t>(Tag::ShortThread) + kShortThreadCount - 1),
+                            static_cast<uint8_t>(Tag::End)};
     for (uint8_t tag : tags)
         if (tag >= static_cast<uint8_t>(Tag::ShortAllocInfo)) return false;
     return true;
 }
 static_assert(long_tags_below_short(), "a tag collides with the short records (0x80-0xff)");
-static_assert(alloc_tag(Tag::AllocAt, static_cast<AllocFn>(kAllocFnCount - 1)) < static_cast<uint8_t>(Tag::ShortThread) &&
+static_assert(alloc_tag(Tag::AllocAt, static_cast<AllocFn>(kAllocFnCount - 1)) <
+                      static_cast<uint8_t>(Tag::ShortThread) &&
                   static_cast<uint8_t>(Tag::ShortThread) + kShortThreadCount <= static_cast<uint8_t>(Tag::End),
               "the ShortThread tags lie between AllocAt's and End");
 static_assert((static_cast<uint8_t>(Tag::ShortAllocInfo) | 0x3f) + 1 == static_cast<uint8_t>(Tag::ShortFree) &&
@@ -213,9 +221,9 @@ static_assert((static_cast<uint8_t>(Tag::ShortAllocInfo) | 0x3f) + 1 == static_c
               "a short record's tag holds the id's top 6 bits");
 
 inline const char* alloc_fn_name(AllocFn fn) {
-    static const char* const names[kAllocFnCount] = {
-        "malloc", "calloc", "realloc", "memalign", "posix_memalign", "aligned_alloc", "valloc", "pvalloc",
-        "reallocarray"};
+    static const char* const names[kAllocFnCount] = {"malloc",   "calloc",         "realloc",
+                                                     "memalign", "posix_memalign", "aligned_alloc",
+                                                     "valloc",   "pvalloc",        "reallocarray"};
     auto i = static_cast<uint8_t>(fn);
     return i < kAllocFnCount ? names[i] : "?";
 }
@@ -259,13 +267,13 @@ inline void put_allocator_stats(codec::Writer& w, const AllocatorStats& s) {
 
 // Why a marker was written.
 enum class MarkerCause : uint8_t {
-    User = 0,      // heapsnap_marker() from the program
-    Interval = 1,  // --interval
-    Request = 2,   // heapsnap snapshot PID
-    Exit = 3,      // normal process exit
-    Pause = 4,     // stack recording paused (heapsnap pause PID, run --paused)
-    Resume = 5,    // stack recording resumed (heapsnap resume PID, run --stacks-after)
-    Threshold = 6, // a --snapshot-when rule was crossed; the label is the rule
+    User = 0,       // heapsnap_marker() from the program
+    Interval = 1,   // --interval
+    Request = 2,    // heapsnap snapshot PID
+    Exit = 3,       // normal process exit
+    Pause = 4,      // stack recording paused (heapsnap pause PID, run --paused)
+    Resume = 5,     // stack recording resumed (heapsnap resume PID, run --stacks-after)
+    Threshold = 6,  // a --snapshot-when rule was crossed; the label is the rule
 };
 
 enum class UnwindMode : uint8_t { Dwarf = 0, FramePointer = 1 };
@@ -370,8 +378,8 @@ inline void put_munmap(codec::Writer& w, int64_t addr_delta, uint64_t length) {
     w.varint(length);
 }
 
-inline void put_thread_start(codec::Writer& w, uint64_t dt, uint32_t thread_index, uint64_t os_tid,
-                             uint64_t stack_lo, uint64_t stack_hi) {
+inline void put_thread_start(codec::Writer& w, uint64_t dt, uint32_t thread_index, uint64_t os_tid, uint64_t stack_lo,
+                             uint64_t stack_hi) {
     w.u8(static_cast<uint8_t>(Tag::ThreadStart));
     w.varint(dt);
     w.varint(thread_index);

@@ -141,7 +141,8 @@ void RecordStream::record(hslog::Tag tag, codec::Reader& r, LogVisitor& visitor)
             if (wide == 0 || wide > stacks_ + kStackIdSlack) r.invalidate();
             auto id = static_cast<uint32_t>(wide);
             // Each id is defined once (the recorder numbers its stacks).
-            if (r.ok() && id >= stack_defined_.size()) stack_defined_.resize(std::max<size_t>(id + 1, 2 * stack_defined_.size()));
+            if (r.ok() && id >= stack_defined_.size())
+                stack_defined_.resize(std::max<size_t>(id + 1, 2 * stack_defined_.size()));
             if (r.ok() && stack_defined_[id]) r.invalidate();
             uint64_t n = r.count(2, hslog::kMaxStackFrames);
             frames_.resize(n);
@@ -307,7 +308,8 @@ void read_malloc_stats(codec::Reader& r, MarkerRecord& m) {
         hslog::AllocatorStats& a = m.allocator;
         uint8_t allocator = r.u8();
         a.present = r.u8();
-        if (allocator == 0 || allocator >= hslog::kAllocatorKindCount || (a.present & ~hslog::AllocatorStats::kAllFields))
+        if (allocator == 0 || allocator >= hslog::kAllocatorKindCount ||
+            (a.present & ~hslog::AllocatorStats::kAllFields))
             r.invalidate();
         a.kind = static_cast<hslog::AllocatorKind>(allocator);
         uint64_t* values[] = {&a.allocated, &a.active, &a.committed, &a.resident, &a.mapped};

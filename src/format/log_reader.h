@@ -144,7 +144,7 @@ struct MarkerRecord {
     uint32_t index = 0;  // 1-based, in order of writing
     hslog::MarkerCause cause = hslog::MarkerCause::User;
     std::string label;
-    uint64_t events = 0;  // alloc/free/mmap/munmap events recorded before it
+    uint64_t events = 0;      // alloc/free/mmap/munmap events recorded before it
     uint64_t unrecorded = 0;  // events the recorder could not record before it (version 8)
     uint64_t rss_kb = 0;
     uint32_t threads = 0;
@@ -279,8 +279,8 @@ struct StreamPosition {
     uint64_t time_ns = 0;
     uint64_t address = 0;
     uint32_t thread = 0;
-    uint64_t stacks = 0;     // Stack records before it
-    uint32_t max_stack = 0;  // the highest stack id they defined
+    uint64_t stacks = 0;                           // Stack records before it
+    uint32_t max_stack = 0;                        // the highest stack id they defined
     std::vector<AllocInfo> infos = {AllocInfo{}};  // AllocInfos state
     std::vector<uint64_t> addressed;
 };

@@ -234,7 +234,8 @@ Snapshot decode_body(const std::string& path, const uint8_t* data, size_t size, 
     }
     if (!r.ok() || !r.at_end()) throw Error(path + ": corrupt snapshot: malformed body");
     for (const SnapshotEntry& e : s.entries)
-        if (!s.stacks.count(e.stack)) throw Error(path + ": corrupt snapshot: entry names unknown stack " + std::to_string(e.stack));
+        if (!s.stacks.count(e.stack))
+            throw Error(path + ": corrupt snapshot: entry names unknown stack " + std::to_string(e.stack));
     return s;
 }
 

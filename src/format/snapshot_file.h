@@ -42,8 +42,8 @@ enum class EntryKind : uint8_t { Heap = 0, Mmap = 1 };
 struct SnapshotEntry {
     uint32_t stack = 0;
     EntryKind kind = EntryKind::Heap;
-    uint64_t bytes = 0;   // requested bytes (heap) or mapped length (mmap)
-    uint64_t blocks = 0;  // live blocks or regions
+    uint64_t bytes = 0;      // requested bytes (heap) or mapped length (mmap)
+    uint64_t blocks = 0;     // live blocks or regions
     uint64_t oldest_ns = 0;  // allocation time of the oldest / newest live block, since process start
     uint64_t newest_ns = 0;
 };
@@ -71,9 +71,9 @@ struct SnapshotTotals {
 
 struct Snapshot {
     ProcessInfo process;
-    MarkerRecord marker;       // the moment; for peak/time moments, synthesised (no regions)
+    MarkerRecord marker;           // the moment; for peak/time moments, synthesised (no regions)
     bool has_marker_data = false;  // marker carries RSS, mallinfo and regions
-    std::string source;        // the log it came from, as given
+    std::string source;            // the log it came from, as given
     SnapshotTotals totals;
     std::vector<SnapshotModule> modules;
     std::vector<ThreadStartRecord> threads;  // live at the moment

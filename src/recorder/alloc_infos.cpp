@@ -89,7 +89,8 @@ size_t live_home(uint64_t address, size_t capacity) {
 }
 
 size_t info_home(hslog::AllocFn fn, uint64_t size, uint32_t stack, size_t capacity) {
-    uint64_t h = (size * 0x9e3779b97f4a7c15ull) ^ ((uint64_t{stack} << 8 | static_cast<uint8_t>(fn)) * 0xc2b2ae3d27d4eb4full);
+    uint64_t h =
+        (size * 0x9e3779b97f4a7c15ull) ^ ((uint64_t{stack} << 8 | static_cast<uint8_t>(fn)) * 0xc2b2ae3d27d4eb4full);
     return static_cast<size_t>((h ^ (h >> 29)) >> 16) & (capacity - 1);
 }
 size_t info_home(const InfoEntry& e, size_t capacity) {
@@ -184,8 +185,8 @@ constexpr size_t kInitialInfos = 2048;  // entries; 32 KiB
 // The writer changes these on every event: a line of their own, away from
 // what the hooks read (spinlock.h says why).
 struct alignas(64) Tables {
-    LiveTable<PackedLive, 8192> packed;  // 64 KiB to start
-    LiveTable<WideLive, 256> wide;       // 4 KiB, at the first block that needs it
+    LiveTable<PackedLive, 8192> packed;   // 64 KiB to start
+    LiveTable<WideLive, 256> wide;        // 4 KiB, at the first block that needs it
     LiveTable<SizedLive, 256> addressed;  // sizes of the live blocks of 64 KiB or more
     InfoEntry* infos = nullptr;
     size_t infos_capacity = 0;  // a power of two

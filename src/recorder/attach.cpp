@@ -24,12 +24,12 @@ namespace {
 // The functions whose GOT slots are rewritten: every function hooks.cpp
 // defines for LD_PRELOAD to bind, and dlopen (attached_dlopen).
 constexpr const char* kHooked[] = {
-    "malloc", "free", "calloc", "realloc", "reallocarray", "memalign", "posix_memalign", "aligned_alloc", "valloc",
-    "pvalloc", "mmap", "mmap64", "munmap", "mremap", "pthread_create", "fork", "daemon", "execve", "execv",
-    "execvp", "execvpe", "fexecve", "execveat", "execl", "execlp", "execle", "_exit", "_Exit", "dlclose",
-    "dlopen", "close", "close_range", "closefrom", "dup2", "dup3", "prlimit", "prlimit64", "setrlimit",
-    "setrlimit64", "setuid", "seteuid", "setreuid", "setresuid", "longjmp", "_longjmp", "siglongjmp",
-    "__longjmp_chk"};
+    "malloc",    "free",     "calloc",    "realloc", "reallocarray", "memalign",   "posix_memalign", "aligned_alloc",
+    "valloc",    "pvalloc",  "mmap",      "mmap64",  "munmap",       "mremap",     "pthread_create", "fork",
+    "daemon",    "execve",   "execv",     "execvp",  "execvpe",      "fexecve",    "execveat",       "execl",
+    "execlp",    "execle",   "_exit",     "_Exit",   "dlclose",      "dlopen",     "close",          "close_range",
+    "closefrom", "dup2",     "dup3",      "prlimit", "prlimit64",    "setrlimit",  "setrlimit64",    "setuid",
+    "seteuid",   "setreuid", "setresuid", "longjmp", "_longjmp",     "siglongjmp", "__longjmp_chk"};
 constexpr size_t kHookCount = sizeof kHooked / sizeof kHooked[0];
 
 uint32_t name_hash(const char* s) {
@@ -85,11 +85,11 @@ int hook_index(const char* name) {
 // dynamic linker has made the addresses in it absolute (but in the vDSO,
 // which has none of these).
 struct Dynamic {
-    const ElfW(Sym)* symtab = nullptr;
+    const ElfW(Sym) * symtab = nullptr;
     const char* strtab = nullptr;
-    const ElfW(Rela)* jmprel = nullptr;
+    const ElfW(Rela) * jmprel = nullptr;
     size_t jmprel_bytes = 0;
-    const ElfW(Rela)* rela = nullptr;
+    const ElfW(Rela) * rela = nullptr;
     size_t rela_bytes = 0;
 };
 
@@ -98,7 +98,7 @@ const T* dyn_pointer(uint64_t value, uint64_t base) {
     return reinterpret_cast<const T*>(value < base ? value + base : value);
 }
 
-Dynamic read_dynamic(const ElfW(Dyn)* d, uint64_t base) {
+Dynamic read_dynamic(const ElfW(Dyn) * d, uint64_t base) {
     Dynamic out;
     for (; d->d_tag != DT_NULL; ++d) {
         switch (d->d_tag) {
@@ -116,7 +116,7 @@ Dynamic read_dynamic(const ElfW(Dyn)* d, uint64_t base) {
 
 struct Module {
     uint64_t base = 0;
-    const ElfW(Dyn)* dynamic = nullptr;
+    const ElfW(Dyn) * dynamic = nullptr;
     uint64_t relro_start = 0, relro_end = 0;  // page-aligned, 0 if none
 };
 
@@ -161,7 +161,7 @@ bool skipped(const dl_phdr_info* info) {
            (info->dlpi_name && strstr(info->dlpi_name, "linux-vdso"));
 }
 
-void bind_relocations(const Module& m, const Dynamic& d, const ElfW(Rela)* rel, size_t bytes, RelroOpen& relro) {
+void bind_relocations(const Module& m, const Dynamic& d, const ElfW(Rela) * rel, size_t bytes, RelroOpen& relro) {
     if (!rel || !d.symtab || !d.strtab) return;
     for (size_t i = 0; i < bytes / sizeof(ElfW(Rela)); ++i) {
         uint32_t type = ELF64_R_TYPE(rel[i].r_info);
@@ -220,8 +220,7 @@ bool find_hooks() {
     dl_find_object self, loader;
     if (_dl_find_object(reinterpret_cast<void*>(&find_hooks), &self) != 0) return false;
     g_self_base = self.dlfo_link_map->l_addr;
-    if (_dl_find_object(static_cast<void*>(&_r_debug), &loader) == 0)
-        g_loader_base = loader.dlfo_link_map->l_addr;
+    if (_dl_find_object(static_cast<void*>(&_r_debug), &loader) == 0) g_loader_base = loader.dlfo_link_map->l_addr;
     // This library's own definitions: a handle searches its object first.
     // The handle is kept (the library is never unloaded), and closing it
     // would be the dlclose hook, which takes the lock held here.
@@ -231,7 +230,8 @@ bool find_hooks() {
         g_hash[i] = name_hash(kHooked[i]);
         g_hook[i] = strcmp(kHooked[i], "dlopen") == 0 ? nullptr : dlsym(handle, kHooked[i]);
     }
-    g_real_dlopen = reinterpret_cast<void* (*)(const char*, int)>(definition_of("dlopen", dlsym(RTLD_DEFAULT, "dlopen")));
+    g_real_dlopen =
+        reinterpret_cast<void* (*)(const char*, int)>(definition_of("dlopen", dlsym(RTLD_DEFAULT, "dlopen")));
     return g_real_dlopen != nullptr;
 }
 

@@ -50,7 +50,8 @@ void init_clock() {
 uint64_t ticks_to_ns(uint64_t ticks) {
     if (!g_clock_is_tsc) return ticks;
     if (ticks <= g_base_ticks) return g_base_ns;
-    unsigned __int128 delta = static_cast<unsigned __int128>(ticks - g_base_ticks) * g_rate_fp.load(std::memory_order_relaxed);
+    unsigned __int128 delta =
+        static_cast<unsigned __int128>(ticks - g_base_ticks) * g_rate_fp.load(std::memory_order_relaxed);
     return g_base_ns + static_cast<uint64_t>(delta >> 32);
 }
 

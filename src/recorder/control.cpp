@@ -177,7 +177,8 @@ void answer_info(int fd) {
 // has ended (control_reply_detached).
 void take_detach(int fd) {
     if (!attached())
-        return refuse(fd, "the recorder was not attached (heapsnap run, LD_PRELOAD): it records until the process ends");
+        return refuse(fd,
+                      "the recorder was not attached (heapsnap run, LD_PRELOAD): it records until the process ends");
     if (!writer_request_detach(fd)) return refuse(fd, "a detach is already under way");
 }
 

@@ -15,11 +15,11 @@ namespace {
 // which is never searched).
 struct Symbols {
     uint64_t base = 0;
-    const ElfW(Sym)* symtab = nullptr;
+    const ElfW(Sym) * symtab = nullptr;
     const char* strtab = nullptr;
     const uint32_t* gnu_hash = nullptr;
     const uint32_t* sysv_hash = nullptr;
-    const ElfW(Versym)* versym = nullptr;
+    const ElfW(Versym) * versym = nullptr;
 };
 
 template <class T>
@@ -27,7 +27,7 @@ const T* dyn_pointer(uint64_t value, uint64_t base) {
     return reinterpret_cast<const T*>(value < base ? value + base : value);
 }
 
-Symbols symbols_of(uint64_t base, const ElfW(Dyn)* d) {
+Symbols symbols_of(uint64_t base, const ElfW(Dyn) * d) {
     Symbols s;
     s.base = base;
     for (; d && d->d_tag != DT_NULL; ++d) {
@@ -56,7 +56,7 @@ bool defines(const Symbols& s, uint32_t i, const char* name) {
 }
 
 // The module's definition of `name`, through its hash table, or null.
-const ElfW(Sym)* find_defined(const Symbols& s, const char* name) {
+const ElfW(Sym) * find_defined(const Symbols& s, const char* name) {
     if (!s.symtab || !s.strtab) return nullptr;
     if (s.gnu_hash) {
         uint32_t h = 5381;
@@ -90,7 +90,7 @@ const ElfW(Sym)* find_defined(const Symbols& s, const char* name) {
     return nullptr;
 }
 
-void* address_of(const Symbols& s, const ElfW(Sym)* sym) {
+void* address_of(const Symbols& s, const ElfW(Sym) * sym) {
     void* p = reinterpret_cast<void*>(s.base + sym->st_value);
     if (ELF64_ST_TYPE(sym->st_info) == STT_GNU_IFUNC) p = reinterpret_cast<void* (*)()>(p)();
     return p;

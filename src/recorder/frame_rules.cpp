@@ -20,9 +20,18 @@ namespace {
 constexpr uint64_t kRbp = 6, kRsp = 7, kRip = 16;  // DWARF register numbers
 
 enum : uint8_t {  // DW_EH_PE_*
-    kPeAbsptr = 0x00, kPeUleb128 = 0x01, kPeUdata2 = 0x02, kPeUdata4 = 0x03, kPeUdata8 = 0x04,
-    kPeSleb128 = 0x09, kPeSdata2 = 0x0a, kPeSdata4 = 0x0b, kPeSdata8 = 0x0c,
-    kPePcrel = 0x10, kPeDatarel = 0x30, kPeOmit = 0xff,
+    kPeAbsptr = 0x00,
+    kPeUleb128 = 0x01,
+    kPeUdata2 = 0x02,
+    kPeUdata4 = 0x03,
+    kPeUdata8 = 0x04,
+    kPeSleb128 = 0x09,
+    kPeSdata2 = 0x0a,
+    kPeSdata4 = 0x0b,
+    kPeSdata8 = 0x0c,
+    kPePcrel = 0x10,
+    kPeDatarel = 0x30,
+    kPeOmit = 0xff,
 };
 
 // Reads within [pos, end); a read past the end or an encoding we do not
@@ -161,7 +170,8 @@ bool parse_cie(const uint8_t* at, Cie& cie) {
                 case 'P': r.pointer(r.fixed<uint8_t>() & 0x7f); break;  // personality: skipped, not followed
                 case 'L': r.fixed<uint8_t>(); break;
                 case 'S': cie.signal_frame = true; break;
-                case 'B': case 'G': break;  // no data
+                case 'B':
+                case 'G': break;  // no data
                 default: return false;
             }
         }
@@ -228,9 +238,15 @@ bool run_cfa_program(Reader r, const Cie& cie, uint64_t loc, uint64_t pc, const 
                 loc = r.pointer(cie.fde_encoding);
                 if (loc > pc) return !r.bad;
                 break;
-            case 0x02: if (!advance(r.fixed<uint8_t>())) return !r.bad; break;
-            case 0x03: if (!advance(r.fixed<uint16_t>())) return !r.bad; break;
-            case 0x04: if (!advance(r.fixed<uint32_t>())) return !r.bad; break;
+            case 0x02:
+                if (!advance(r.fixed<uint8_t>())) return !r.bad;
+                break;
+            case 0x03:
+                if (!advance(r.fixed<uint16_t>())) return !r.bad;
+                break;
+            case 0x04:
+                if (!advance(r.fixed<uint32_t>())) return !r.bad;
+                break;
             case 0x05: {  // DW_CFA_offset_extended
                 uint64_t reg = r.uleb();
                 set_at_cfa(reg, static_cast<int64_t>(r.uleb()) * cie.data_align);
@@ -318,7 +334,10 @@ bool run_cfa_program(Reader r, const Cie& cie, uint64_t loc, uint64_t pc, const 
             case 0x14:    // DW_CFA_val_offset
             case 0x15: {  // DW_CFA_val_offset_sf
                 uint64_t reg = r.uleb();
-                if (op == 0x14) r.uleb(); else r.sleb();
+                if (op == 0x14)
+                    r.uleb();
+                else
+                    r.sleb();
                 set(reg, RegRule::Unsupported);
                 break;
             }
@@ -345,7 +364,8 @@ bool run_cfa_program(Reader r, const Cie& cie, uint64_t loc, uint64_t pc, const 
 bool fits_int32(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
 
 // constexpr: frame_rule() may run before the library's constructors.
-constexpr FrameRule kUnsupported{FrameRule::Unsupported, FrameRule::Rsp, false, FrameRule::Cfa, FrameRule::Same, 0, 0, 0};
+constexpr FrameRule kUnsupported{
+    FrameRule::Unsupported, FrameRule::Rsp, false, FrameRule::Cfa, FrameRule::Same, 0, 0, 0};
 
 FrameRule reduce(const Row& row) {
     FrameRule rule = kUnsupported;

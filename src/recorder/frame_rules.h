@@ -66,10 +66,10 @@ struct FrameRule {
     enum Base : uint8_t { Same, Cfa, Rsp, Rbp };
 
     Kind kind;
-    Base cfa_base;     // Rsp or Rbp
-    bool cfa_deref;    // CFA = *(base + cfa_offset) instead of base + cfa_offset
-    Base ra_base;      // Cfa, Rsp or Rbp
-    Base rbp_base;     // Same, Cfa, Rsp or Rbp
+    Base cfa_base;   // Rsp or Rbp
+    bool cfa_deref;  // CFA = *(base + cfa_offset) instead of base + cfa_offset
+    Base ra_base;    // Cfa, Rsp or Rbp
+    Base rbp_base;   // Same, Cfa, Rsp or Rbp
     int32_t cfa_offset;
     int32_t ra_offset;
     int32_t rbp_offset;

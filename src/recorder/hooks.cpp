@@ -936,9 +936,7 @@ void make_room(int target) {
     own_fd_vacate(target);
 }
 
-bool own_nofile(int resource, pid_t pid) {
-    return resource == RLIMIT_NOFILE && (pid == 0 || pid == getpid());
-}
+bool own_nofile(int resource, pid_t pid) { return resource == RLIMIT_NOFILE && (pid == 0 || pid == getpid()); }
 
 }  // namespace
 
@@ -989,8 +987,7 @@ HEAPSNAP_EXPORT int setrlimit64(__rlimit_resource_t resource, const rlimit64* li
 
 // ---- threads and exec ------------------------------------------------------------
 
-HEAPSNAP_EXPORT int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*routine)(void*),
-                                   void* arg) {
+HEAPSNAP_EXPORT int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*routine)(void*), void* arg) {
     if (!ready()) return EAGAIN;
     ThreadState& t = thread_state();
     // The recorder's own thread (created while internal) is not the
@@ -1026,8 +1023,8 @@ int around_exec(Call&& call) {
 }  // namespace
 
 HEAPSNAP_EXPORT int dlclose(void* handle) {
-    auto real_dlclose = ready() && real.dlclose ? real.dlclose
-                                                : reinterpret_cast<int (*)(void*)>(dlsym(RTLD_NEXT, "dlclose"));
+    auto real_dlclose =
+        ready() && real.dlclose ? real.dlclose : reinterpret_cast<int (*)(void*)>(dlsym(RTLD_NEXT, "dlclose"));
     thread_state();
     if (should_record()) writer_take_published();
     int r = real_dlclose(handle);
@@ -1085,8 +1082,8 @@ namespace {
 // hook above: that log is ended by the fork's parent handler instead
 // (preload.cpp, before_daemon).
 HEAPSNAP_EXPORT int daemon(int nochdir, int noclose) {
-    auto real_daemon = ready() && real.daemon ? real.daemon
-                                              : reinterpret_cast<int (*)(int, int)>(dlsym(RTLD_NEXT, "daemon"));
+    auto real_daemon =
+        ready() && real.daemon ? real.daemon : reinterpret_cast<int (*)(int, int)>(dlsym(RTLD_NEXT, "daemon"));
     before_daemon();
     int r = real_daemon(nochdir, noclose);
     int saved = errno;
@@ -1120,19 +1117,19 @@ HEAPSNAP_EXPORT void _Exit(int status) { leave_now(ready() ? real.exit_now_c : n
 // caller's stack (alloca: nothing allocated before exec) with that entry
 // made absolute (lifecycle.h, absolute_output_entry), so a program that
 // changed directory passes on where the user asked for logs.
-#define HEAPSNAP_EXEC_ENV(envp)                                                                              \
-    ({                                                                                                       \
-        char* const* in_ = (envp);                                                                           \
-        const char* entry_ = absolute_output_entry();                                                        \
-        size_t n_ = 0;                                                                                       \
-        if (entry_ && in_)                                                                                   \
-            while (in_[n_]) ++n_;                                                                            \
-        char** out_ = n_ ? static_cast<char**>(alloca((n_ + 1) * sizeof(char*))) : nullptr;                \
-        if (out_) {                                                                                          \
-            for (size_t i_ = 0; i_ <= n_; ++i_) out_[i_] = in_[i_];                                          \
-            replace_output_entry(out_, entry_);                                                              \
-        }                                                                                                    \
-        out_ ? static_cast<char* const*>(out_) : in_;                                                        \
+#define HEAPSNAP_EXEC_ENV(envp)                                                             \
+    ({                                                                                      \
+        char* const* in_ = (envp);                                                          \
+        const char* entry_ = absolute_output_entry();                                       \
+        size_t n_ = 0;                                                                      \
+        if (entry_ && in_)                                                                  \
+            while (in_[n_]) ++n_;                                                           \
+        char** out_ = n_ ? static_cast<char**>(alloca((n_ + 1) * sizeof(char*))) : nullptr; \
+        if (out_) {                                                                         \
+            for (size_t i_ = 0; i_ <= n_; ++i_) out_[i_] = in_[i_];                         \
+            replace_output_entry(out_, entry_);                                             \
+        }                                                                                   \
+        out_ ? static_cast<char* const*>(out_) : in_;                                       \
     })
 
 HEAPSNAP_EXPORT int execve(const char* path, char* const argv[], char* const envp[]) {

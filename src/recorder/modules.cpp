@@ -75,8 +75,8 @@ bool reserve_modules(uint32_t needed) {
 void queue_load(const Module& m) {
     codec::Writer w(nullptr, 0);
     if (!metadata_reserve(64 + m.path_len + m.build_id_len, &w)) return;
-    hslog::put_module_load(w, now_ns() - start_time_ns(), m.id, m.bias, m.start, m.end, m.path, m.path_len,
-                           m.build_id, m.build_id_len);
+    hslog::put_module_load(w, now_ns() - start_time_ns(), m.id, m.bias, m.start, m.end, m.path, m.path_len, m.build_id,
+                           m.build_id_len);
     metadata_commit(w);
 }
 

@@ -134,8 +134,10 @@ bool absolute_pattern(char* pattern, size_t cap) {
         if (*c == '%') out[n++] = '%';
         out[n++] = *c;
     }
-    if (n > 1) out[n++] = '/';
-    else n = 1;  // "/"
+    if (n > 1)
+        out[n++] = '/';
+    else
+        n = 1;  // "/"
     size_t len = strlen(pattern);
     if (n + len + 1 > cap || n + len + 1 > sizeof out) return false;
     memcpy(out + n, pattern, len + 1);
@@ -147,8 +149,7 @@ bool absolute_pattern(char* pattern, size_t cap) {
 // it must never crash or stop the program.
 void read_config() {
     // An empty output_pattern tells writer_open to refuse recording.
-    copy_env("HEAPSNAP_OUTPUT", g_config.output_pattern, sizeof g_config.output_pattern,
-             "heapsnap.%e.%p.hslog");
+    copy_env("HEAPSNAP_OUTPUT", g_config.output_pattern, sizeof g_config.output_pattern, "heapsnap.%e.%p.hslog");
     g_relative_output[0] = 0;
     if (const char* v = env_value("HEAPSNAP_OUTPUT"); v && *v && *v != '/' && strlen(v) < sizeof g_relative_output)
         memcpy(g_relative_output, v, strlen(v) + 1);
@@ -188,7 +189,8 @@ void read_config() {
         errno = 0;
         unsigned long long n = strtoull(v, &end, 10);
         if (errno || *end || *v == '-' || n > hslog::kMaxSampleBytes)
-            diagnostic("ignoring HEAPSNAP_SAMPLE_BYTES=", v, " (expected 0 to 1073741824 bytes); recording every allocation");
+            diagnostic("ignoring HEAPSNAP_SAMPLE_BYTES=", v,
+                       " (expected 0 to 1073741824 bytes); recording every allocation");
         else
             g_config.sample_bytes = n;
     }
@@ -243,8 +245,8 @@ bool names_this_library(const char* entry, const OwnLibrary& own) {
 // runs see the environment they would see without the recorder.
 void leave_environment() {
     static const char* const kLauncherVariables[] = {
-        "HEAPSNAP_OUTPUT",   "HEAPSNAP_PATHS_FILE", "HEAPSNAP_DEPTH",        "HEAPSNAP_UNWIND",
-        "HEAPSNAP_SAMPLE_BYTES", "HEAPSNAP_INTERVAL", "HEAPSNAP_FOLLOW",     "HEAPSNAP_PAUSED",
+        "HEAPSNAP_OUTPUT",       "HEAPSNAP_PATHS_FILE",   "HEAPSNAP_DEPTH",  "HEAPSNAP_UNWIND",
+        "HEAPSNAP_SAMPLE_BYTES", "HEAPSNAP_INTERVAL",     "HEAPSNAP_FOLLOW", "HEAPSNAP_PAUSED",
         "HEAPSNAP_STACKS_AFTER", "HEAPSNAP_SNAPSHOT_WHEN"};
     for (const char* name : kLauncherVariables) remove_env(name);
     char* preload = const_cast<char*>(env_value("LD_PRELOAD"));

@@ -274,9 +274,7 @@ void encode(const Slot& s) {
         case SlotKind::ThreadStart:
             hslog::put_thread_start(w, advance_time(ticks_to_ns(s.ts)), s.thread, s.aux, s.addr, s.addr + s.size);
             break;
-        case SlotKind::ThreadExit:
-            hslog::put_thread_exit(w, advance_time(ticks_to_ns(s.ts)), s.thread);
-            break;
+        case SlotKind::ThreadExit: hslog::put_thread_exit(w, advance_time(ticks_to_ns(s.ts)), s.thread); break;
         case SlotKind::StackDef:  // taken apart by the round (take_stack_def)
         case SlotKind::Void:      // skipped by the round
             break;

@@ -83,7 +83,7 @@ enum class SteerVerb { None, Pause, Resume };
 SteerVerb steer_verb(const char* line);
 
 struct SteerOutcome {
-    uint32_t token = 0;  // take_marker's token of the pause or resume marker; 0 when none was taken
+    uint32_t token = 0;      // take_marker's token of the pause or resume marker; 0 when none was taken
     bool unchanged = false;  // already paused (pause) or not paused (resume): nothing done
     bool failed = false;     // the marker could not be taken, or no memory for the paused site
 };

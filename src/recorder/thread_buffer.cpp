@@ -25,7 +25,7 @@ using append_state::g_stamp_tick;
 namespace {
 
 SpinLock g_registry_lock;
-ThreadRing* g_rings = nullptr;      // registered, in registration order
+ThreadRing* g_rings = nullptr;       // registered, in registration order
 ThreadRing* g_free_rings = nullptr;  // drained, ready for reuse
 uint32_t g_free_count = 0;
 // Drained rings kept for threads to come; the writer unmaps the others.
@@ -307,7 +307,7 @@ void reset_rings_after_fork() {
     g_rings = nullptr;
     g_retired_waiting.store(0, std::memory_order_relaxed);
     g_rings_created.store(0, std::memory_order_relaxed);  // this thread alone
-    stamp_tick_make_stale();  // no writer thread here yet
+    stamp_tick_make_stale();                              // no writer thread here yet
     g_shared_ring = nullptr;
     ThreadState& t = thread_state();
     t.ring = nullptr;

@@ -132,7 +132,9 @@ inline uint64_t deferred_caller(const Slot& s) { return uint64_t{s.caller_hi} <<
 // slot of it carries the stamp, so the last published slot's is a stamp
 // whatever it is (the writer's bound for a busy ring).
 inline constexpr uint32_t kIpsPerDefSlot = 4;
-inline constexpr uint64_t stack_def_slots(uint32_t frames) { return 1 + (frames + kIpsPerDefSlot - 1) / kIpsPerDefSlot; }
+inline constexpr uint64_t stack_def_slots(uint32_t frames) {
+    return 1 + (frames + kIpsPerDefSlot - 1) / kIpsPerDefSlot;
+}
 inline uint64_t* stack_def_ips(Slot& s) { return &s.addr; }
 inline const uint64_t* stack_def_ips(const Slot& s) { return &s.addr; }
 

@@ -93,7 +93,7 @@ struct ThreadState {
     bool fork_blocked;         // fork's handlers blocked the signals (fork_mask: the mask before)
     uint32_t signals_blocked;  // SignalsBlocked nesting; 1 for good on the writer thread
     uint64_t fork_mask;
-    int32_t tid;               // the thread whose state this is (Live, Retired)
+    int32_t tid;  // the thread whose state this is (Live, Retired)
     UnwindThread unwind;
     SampleThread sample;
 };

@@ -112,12 +112,12 @@ __attribute__((noinline)) int libunwind_stack(uint64_t* ips, int max, OwnRange o
 }
 
 struct Walked {
-    int count;       // frames in ips
-    bool cached;     // the stack is now the cache's last one
-    bool unchanged;  // ... and it was the last one before, frame for frame
-    uint64_t hash;   // if cached: stack_hash of the whole stack walked
-    int fresh = 0;   // if cached: frames walked afresh (the cache's fresh[]) above ...
-    int kept = -1;   // ... the last stack's frames 0..kept, reused
+    int count;                      // frames in ips
+    bool cached;                    // the stack is now the cache's last one
+    bool unchanged;                 // ... and it was the last one before, frame for frame
+    uint64_t hash;                  // if cached: stack_hash of the whole stack walked
+    int fresh = 0;                  // if cached: frames walked afresh (the cache's fresh[]) above ...
+    int kept = -1;                  // ... the last stack's frames 0..kept, reused
     bool stopped_at_limit = false;  // the walk stopped at its limit, not at the stack's end
     bool ran_past_ips = false;      // it went on past the `max` frames ips holds
 };
@@ -161,8 +161,8 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prefetch_inte
     CachedFrame* fresh = c ? c->fresh : nullptr;
     int last_count = c ? c->count : 0;
     int n = 0;
-    int nf = 0;     // fresh frames
-    int kept = -1;  // last[0..kept] stays: the new stack's outer part
+    int nf = 0;              // fresh frames
+    int kept = -1;           // last[0..kept] stays: the new stack's outer part
     int j = last_count - 1;  // the last stack's frame at or above f.sp
     while (walked < limit) {
         while (j >= 0 && c->sps[j] < f.sp) --j;
@@ -315,8 +315,7 @@ __attribute__((noinline)) int unwind_stack(uint64_t* ips, int max) {
     return w.count;
 }
 
-__attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, const StackKeyer& keyer,
-                                                    const void* from) {
+__attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, const StackKeyer& keyer, const void* from) {
     Borrowed b = borrow();
     StackCache* c = b.cache;
     const bool from_hook = from != nullptr;
@@ -345,8 +344,8 @@ __attribute__((noinline)) uint32_t unwind_stack_key(uint64_t* ips, int max, cons
     // Stacks this walk hands on (keyer.define_local_key) are not looked up here.
     const bool local = b.owned && keyer.define_local_key;
     const uint64_t writes_before = c ? c->writes : 0;
-    Walked w = walk(first, ips, max, c, local ? nullptr : keyer.prefetch_intern, c && !c->deep ? kMaxFrames : max,
-                    first_rule);
+    Walked w =
+        walk(first, ips, max, c, local ? nullptr : keyer.prefetch_intern, c && !c->deep ? kMaxFrames : max, first_rule);
     if (c) c->deep = w.stopped_at_limit;
     const void* token = nullptr;
     if (!w.cached) {

@@ -315,8 +315,7 @@ bool pending_for(const StackCache* c, const Frame& first, const void* from) {
 const FrameRule& hook_first_rule(StackCache* c, const Frame& first, const void* from) {
     FirstFrames& ff = c->first_frames;
     uint32_t i = c->pending_rule;
-    if (pending_for(c, first, from) && i < kFirstFrames && ff.pcs[i] == first.ip)
-        return ff.rules[i];
+    if (pending_for(c, first, from) && i < kFirstFrames && ff.pcs[i] == first.ip) return ff.rules[i];
     return first_frame_rule(c, first.ip);
 }
 
@@ -339,7 +338,8 @@ using namespace unwinder;
 void skip_local_keys(uint32_t walks) {
     uint32_t owned = thread_state().unwind.owned;
     if (!owned) return;
-    if (StackCache* c = g_pool[owned - 1].cache.load(std::memory_order_relaxed)) advance_local_keys(c, owned - 1, walks);
+    if (StackCache* c = g_pool[owned - 1].cache.load(std::memory_order_relaxed))
+        advance_local_keys(c, owned - 1, walks);
 }
 
 void release_stack_cache() {

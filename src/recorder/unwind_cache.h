@@ -47,7 +47,9 @@ inline bool reads_hold(const Reads& r, const Frame& caller, bool bp_matters = tr
            (!r.bp_at || !bp_matters || load(r.bp_at) == caller.bp);
 }
 
-inline bool link_holds(const CachedFrame& callee, const CachedFrame& caller) { return reads_hold(callee.reads, caller.frame); }
+inline bool link_holds(const CachedFrame& callee, const CachedFrame& caller) {
+    return reads_hold(callee.reads, caller.frame);
+}
 
 // link_holds of a frame and its caller, as a word to re-read and what it
 // must hold: the return address, for most links all they read that the
@@ -126,27 +128,27 @@ struct StackCache {
     // (define_local_key's `known`).
     uint64_t defined_writes;
     uint64_t by_caller[1u << kByCallerBits];
-    int count;  // frames of the last stack, outermost first, so a new
-                // stack that shares its outer part rewrites only the top
-    int keyed_max;  // max of the walks the memos were made for
+    int count;          // frames of the last stack, outermost first, so a new
+                        // stack that shares its outer part rewrites only the top
+    int keyed_max;      // max of the walks the memos were made for
     uint32_t last_key;  // the key of the last stack; 0: unknown
     // The last walk with the cache went past kMaxFrames: walks stop at max
     // (a stack deeper than the cache would be walked whole every time)
     // until one ends within max.
     bool deep;
     CachedFrame frames[kMaxFrames];
-    uint64_t sps[kMaxFrames];       // frames[i].frame.sp, densely, for the search by sp
+    uint64_t sps[kMaxFrames];  // frames[i].frame.sp, densely, for the search by sp
     // What the reuse of a stack reads, densely, for the frames an
     // interpreter reuses on every allocation:
     // [i]: link_holds(frames[i], frames[i - 1]), i >= 1; [0]: stop_check(),
     // which ends a run of checks down to the outermost frame without a
     // bound to compare.
     LinkCheck checks[kMaxFrames];
-    SlowLinkChecks slow_links[kMaxFrames];  // [i]: the link's checks where checks[i] is a stop check
-    uint64_t reversed_ips[kMaxFrames];      // frames[i].frame.ip at kMaxFrames - 1 - i: a run of
-                                            // frames innermost first is one memcpy
-    uint16_t own_counts[kMaxFrames];        // own frames in frames[0..i]
-    uint64_t writes;                          // frames written so far
+    SlowLinkChecks slow_links[kMaxFrames];   // [i]: the link's checks where checks[i] is a stop check
+    uint64_t reversed_ips[kMaxFrames];       // frames[i].frame.ip at kMaxFrames - 1 - i: a run of
+                                             // frames innermost first is one memcpy
+    uint16_t own_counts[kMaxFrames];         // own frames in frames[0..i]
+    uint64_t writes;                         // frames written so far
     uint64_t prefix_generation[kMaxFrames];  // `writes` when one of frames[0..i] was last written
     SegmentBucket segments[1u << kSegmentBucketBits];
     uint32_t next_way;
@@ -157,7 +159,7 @@ struct StackCache {
     const void* pending_from;
     uint64_t pending_ip;
     uint64_t pending_tag;
-    uint32_t pending_rule;  // the index of pending_ip's rule in first_frames
+    uint32_t pending_rule;          // the index of pending_ip's rule in first_frames
     CachedFrame fresh[kMaxFrames];  // the new stack above its kept part, innermost first
     NearRule near[1u << kNearBits];
     Memo memos[1u << kMemoBits];

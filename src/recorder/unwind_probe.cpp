@@ -49,8 +49,7 @@ bool from_libunwind(const void* caller) {
 // syscall(SYS_write, kPipeWrite, addr, n), from libunwind: whether the
 // word at addr can be read. Reached from syscall (below) with its
 // arguments as they were.
-extern "C" __attribute__((used, visibility("hidden"))) long heapsnap_probe_write(long, long, uintptr_t addr,
-                                                                                   long n) {
+extern "C" __attribute__((used, visibility("hidden"))) long heapsnap_probe_write(long, long, uintptr_t addr, long n) {
     int saved = errno;
     uintptr_t word = addr & ~uintptr_t{7};
     bool readable = word >= 4096 && syscall(SYS_rt_sigprocmask, -1, word, 0, 8) != 0 && errno != EFAULT;

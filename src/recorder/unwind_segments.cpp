@@ -113,7 +113,8 @@ void keep_segment(StackCache* c, int fresh, int kept, uint32_t key) {
     uint64_t& by_caller_pc = by_caller_slot(c, first.ip);
     bool by_caller = by_caller_pc == first.ip;
     uint64_t caller_ip = 0;
-    if (c->fresh[0].rule.kind == FrameRule::Step) caller_ip = fresh > 1 ? c->fresh[1].frame.ip : c->frames[kept].frame.ip;
+    if (c->fresh[0].rule.kind == FrameRule::Step)
+        caller_ip = fresh > 1 ? c->fresh[1].frame.ip : c->frames[kept].frame.ip;
     uint64_t tag = segment_tag(first, by_caller ? caller_ip : 0);
     // A segment on the same path (the frames both have are the same: only
     // its join moved) is replaced; one that parts from it anywhere is

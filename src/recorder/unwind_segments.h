@@ -65,7 +65,7 @@ struct alignas(64) Segment {
     uint64_t join_sp;
     uint64_t join_bp;
     SegmentFrame frames[kSegmentFrames];  // frames[0]: the first frame
-    uint64_t base_generation;  // prefix_generation[join - kSegmentOuter] when keyed, for a deeper join
+    uint64_t base_generation;             // prefix_generation[join - kSegmentOuter] when keyed, for a deeper join
     // The ips of the last stack's frames join..0 when keyed: when those
     // frames were rewritten since, equal ips still mean the same stack.
     // For a join deeper than kSegmentOuter, the ips of frames join down
@@ -85,7 +85,9 @@ struct SegmentBucket {
 
 // Of the first frame and its caller's ip (0: not tagged by caller),
 // without rbp, which may go unchecked (Segment::rbp_unchecked_mask).
-inline uint64_t segment_tag(const Frame& first, uint64_t caller_ip) { return mix(mix(first.ip, first.sp), caller_ip) | 1; }
+inline uint64_t segment_tag(const Frame& first, uint64_t caller_ip) {
+    return mix(mix(first.ip, first.sp), caller_ip) | 1;
+}
 
 // `f` is the segment's frames[i], but for an rbp the walk does not depend
 // on; for i >= 1 given that frames[0..i - 1] are (then its sp, the CFA of

@@ -92,8 +92,10 @@ bool readable(uint64_t first_sp, uint64_t from, uint64_t to);
 // the frames met there later, whatever their rbp; the walk decides per
 // frame (and compares the rbp of a NoInfo frame wherever it meets the
 // frame again: bp_matters).
-inline constexpr FrameRule kGuessedRule{FrameRule::Step, FrameRule::Rbp, false, FrameRule::Cfa, FrameRule::Cfa, 16, -8, -16};
-inline constexpr FrameRule kLibunwindRule{FrameRule::Unsupported, FrameRule::Rsp, false, FrameRule::Cfa, FrameRule::Same, 0, 0, 0};
+inline constexpr FrameRule kGuessedRule{
+    FrameRule::Step, FrameRule::Rbp, false, FrameRule::Cfa, FrameRule::Cfa, 16, -8, -16};
+inline constexpr FrameRule kLibunwindRule{
+    FrameRule::Unsupported, FrameRule::Rsp, false, FrameRule::Cfa, FrameRule::Same, 0, 0, 0};
 
 inline const FrameRule& walk_rule(const FrameRule& r, const Frame& f, uint64_t first_sp) {
     if (r.kind != FrameRule::NoInfo || f.bp == 0 || f.bp < f.sp || f.bp - f.sp > 0x4000) return r;

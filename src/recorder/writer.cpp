@@ -87,8 +87,8 @@ uint8_t* g_spare_frame = nullptr;
 struct Compressing {
     const uint8_t* frame = nullptr;  // null: none
     size_t size = 0;
-    size_t fed = 0;    // bytes of frame handed to zstd so far
-    size_t out = 0;    // compressed bytes in g_compressed so far
+    size_t fed = 0;           // bytes of frame handed to zstd so far
+    size_t out = 0;           // compressed bytes in g_compressed so far
     uint32_t max_marker = 0;  // the last marker the frame holds (0: none)
 };
 Compressing g_compressing;
@@ -586,7 +586,6 @@ void writer_wake() {
     if (!g_sleeping.set.load(std::memory_order_relaxed) || !g_sleeping.set.exchange(false)) return;
     wake_now();
 }
-
 
 void writer_drain_inline() {
     LockGuard guard(g_writer_lock);

@@ -104,8 +104,8 @@ std::optional<Checkpoint> load_checkpoint(const LogFile& log) {
     try {
         // O_NOFOLLOW | O_NONBLOCK, and checked again once open: the name
         // may have been replaced since look_at.
-        UniqueFd fd(openat(place->dir.get(), place->name.c_str(),
-                           O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY));
+        UniqueFd fd(
+            openat(place->dir.get(), place->name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY));
         struct stat st;
         if (!fd || fstat(fd.get(), &st) != 0 || !trusted(st)) return std::nullopt;
         budget_add_input(fd.get());

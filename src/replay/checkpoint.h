@@ -43,9 +43,7 @@ struct Checkpoint {
     size_t state_offset = 0;            // where in it Replay::save_state's bytes start
     MemoryCharge held;                  // the body's memory (util/read_budget.h)
 
-    std::span<const uint8_t> state() const {
-        return std::span<const uint8_t>(body).subspan(state_offset);
-    }
+    std::span<const uint8_t> state() const { return std::span<const uint8_t>(body).subspan(state_offset); }
     // Once the state is loaded into a replay.
     void drop_state() {
         body = {};

@@ -41,11 +41,12 @@ LogHistory replay_history(const std::string& log, const Snapshot& moment) {
     return history_of(replay);
 }
 
-std::optional<LogHistory> replay_history_to_marker(const std::string& log, const Moment& moment,
-                                                      Snapshot& snapshot) {
+std::optional<LogHistory> replay_history_to_marker(const std::string& log, const Moment& moment, Snapshot& snapshot) {
     std::function<bool(const MarkerRecord&)> wanted;
     switch (moment.kind) {
-        case Moment::Kind::Exit: wanted = [](const MarkerRecord& m) { return m.cause == hslog::MarkerCause::Exit; }; break;
+        case Moment::Kind::Exit:
+            wanted = [](const MarkerRecord& m) { return m.cause == hslog::MarkerCause::Exit; };
+            break;
         case Moment::Kind::Index: wanted = [&](const MarkerRecord& m) { return m.index == moment.index; }; break;
         case Moment::Kind::Label: wanted = [&](const MarkerRecord& m) { return m.label == moment.text; }; break;
         default: return std::nullopt;

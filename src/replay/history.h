@@ -42,7 +42,6 @@ LogHistory replay_history(const std::string& log, const Snapshot& moment);
 // also takes the moment's snapshot (snapshot_at's) into `snapshot`. Nothing
 // for other moments, or when the log has no such marker (snapshot_at says
 // why).
-std::optional<LogHistory> replay_history_to_marker(const std::string& log, const Moment& moment,
-                                                   Snapshot& snapshot);
+std::optional<LogHistory> replay_history_to_marker(const std::string& log, const Moment& moment, Snapshot& snapshot);
 
 }  // namespace heapsnap

@@ -28,9 +28,7 @@ const char* cause_name(hslog::MarkerCause c) {
     return "?";
 }
 
-bool all_digits(const std::string& s) {
-    return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
-}
+bool all_digits(const std::string& s) { return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos; }
 
 // Replays up to the chosen moment and keeps the snapshot taken there.
 class MomentReplay final : public Replay {
@@ -102,8 +100,7 @@ private:
         return false;
     }
     void after_event() {
-        if (stop_after_events_ && totals().events == stop_after_events_)
-            take_synthetic(last_time_ns(), "peak");
+        if (stop_after_events_ && totals().events == stop_after_events_) take_synthetic(last_time_ns(), "peak");
     }
     void take(const MarkerRecord& m, bool has_data) {
         result_ = snapshot(m, has_data);
@@ -161,8 +158,7 @@ Moment parse_moment(const std::string& text) {
         unsigned long v = std::strtoul(text.c_str(), nullptr, 10);
         if (v == 0 || v > UINT32_MAX) throw Error("marker index " + text + " out of range (markers count from 1)");
         m.index = static_cast<uint32_t>(v);
-    } else if (text.size() > 1 && text.back() == 's' &&
-               text.find_first_not_of("0123456789.") == text.size() - 1) {
+    } else if (text.size() > 1 && text.back() == 's' && text.find_first_not_of("0123456789.") == text.size() - 1) {
         char* end = nullptr;
         double seconds = std::strtod(text.c_str(), &end);
         if (end != text.c_str() + text.size() - 1 || seconds < 0)
@@ -183,8 +179,7 @@ bool after_checkpoint(const Moment& moment, const Checkpoint& c) {
     switch (moment.kind) {
         case Moment::Kind::Index: return c.markers.empty() || c.markers.back().index < moment.index;
         case Moment::Kind::Label: return !any([&](const MarkerRecord& m) { return m.label == moment.text; });
-        case Moment::Kind::Exit:
-            return !any([](const MarkerRecord& m) { return m.cause == hslog::MarkerCause::Exit; });
+        case Moment::Kind::Exit: return !any([](const MarkerRecord& m) { return m.cause == hslog::MarkerCause::Exit; });
         case Moment::Kind::End: return true;
         case Moment::Kind::Peak:
         case Moment::Kind::Time: return false;

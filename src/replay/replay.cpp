@@ -140,9 +140,9 @@ void Replay::on_munmap(const MunmapEvent& e) {
 void Replay::save_state(ByteBuffer& o) const {
     put_process(o, process_);
     const SnapshotTotals& t = totals_;
-    for (uint64_t v : {t.live_bytes, t.live_blocks, t.mmap_bytes, t.mmap_regions, t.events, t.allocations,
-                       t.untracked_frees, t.peak_bytes, t.peak_time_ns, t.freed_before_blocks, t.freed_before_bytes,
-                       last_time_ns_})
+    for (uint64_t v :
+         {t.live_bytes, t.live_blocks, t.mmap_bytes, t.mmap_regions, t.events, t.allocations, t.untracked_frees,
+          t.peak_bytes, t.peak_time_ns, t.freed_before_blocks, t.freed_before_bytes, last_time_ns_})
         o.varint(v);
     o.varint(modules_.size());
     for (const auto& [id, m] : modules_) put_module(o, m);
@@ -167,8 +167,7 @@ void Replay::save_state(ByteBuffer& o) const {
     }
     block_address_.for_each([&](uint64_t address, uint32_t slot) {
         BlockView b = block(slot);
-        for (uint64_t v : {uint64_t{0}, address, b.size, b.time_ns, uint64_t{b.stack}, uint64_t{b.weight}})
-            o.varint(v);
+        for (uint64_t v : {uint64_t{0}, address, b.size, b.time_ns, uint64_t{b.stack}, uint64_t{b.weight}}) o.varint(v);
     });
     o.varint(mappings_.size());
     for (const auto& [start, m] : mappings_) {
@@ -182,9 +181,9 @@ void Replay::save_state(ByteBuffer& o) const {
 void Replay::load_state(codec::Reader& r) {
     get_process(r, process_);
     SnapshotTotals& t = totals_;
-    for (uint64_t* v : {&t.live_bytes, &t.live_blocks, &t.mmap_bytes, &t.mmap_regions, &t.events, &t.allocations,
-                        &t.untracked_frees, &t.peak_bytes, &t.peak_time_ns, &t.freed_before_blocks,
-                        &t.freed_before_bytes, &last_time_ns_})
+    for (uint64_t* v :
+         {&t.live_bytes, &t.live_blocks, &t.mmap_bytes, &t.mmap_regions, &t.events, &t.allocations, &t.untracked_frees,
+          &t.peak_bytes, &t.peak_time_ns, &t.freed_before_blocks, &t.freed_before_bytes, &last_time_ns_})
         *v = r.varint();
     for (uint64_t n = r.count(8); n-- && r.ok();) {
         SnapshotModule m;

@@ -189,12 +189,12 @@ private:
     void add_addressed(uint32_t slot, uint64_t address, uint64_t size, uint32_t stack, uint32_t weight);
     void free_addressed(const FreeEvent& e);
 
-    PodArray<LiveBlock> blocks_;       // the pool, by slot; slot 0 is never used
-    uint32_t free_slot_ = 0;           // first free slot, the others chained through `below`
-    uint32_t last_added_ = 0;          // slot of the latest block added
-    std::vector<InfoState> infos_;     // by info id
-    FlatMap<uint32_t> block_address_;  // address -> slot, for the blocks the log names by address
-    FlatMap<AddressedBlock> addressed_;  // slot -> size, stack, weight of those
+    PodArray<LiveBlock> blocks_;                // the pool, by slot; slot 0 is never used
+    uint32_t free_slot_ = 0;                    // first free slot, the others chained through `below`
+    uint32_t last_added_ = 0;                   // slot of the latest block added
+    std::vector<InfoState> infos_;              // by info id
+    FlatMap<uint32_t> block_address_;           // address -> slot, for the blocks the log names by address
+    FlatMap<AddressedBlock> addressed_;         // slot -> size, stack, weight of those
     std::map<uint64_t, LiveMapping> mappings_;  // by start address
     std::vector<StackTotals> per_stack_;        // by stack id
     StackTable stacks_;
@@ -210,8 +210,8 @@ private:
 // ---- The replay's hot path, inline so that a `final` visitor read through
 // read_log_as (format/log_decoder.h) runs it without a call per event.
 
-[[gnu::always_inline]] inline void Replay::add_block(uint32_t info, uint64_t address, uint64_t size, uint64_t time_ns, uint32_t stack,
-                              uint32_t weight) {
+[[gnu::always_inline]] inline void Replay::add_block(uint32_t info, uint64_t address, uint64_t size, uint64_t time_ns,
+                                                     uint32_t stack, uint32_t weight) {
     uint32_t slot = free_slot_;
     if (slot) {
         free_slot_ = blocks_[slot].below;
@@ -370,7 +370,7 @@ public:
     uint64_t heap_allocations() const { return heap_allocations_; }
     uint64_t temporary() const { return temporary_; }
     const std::vector<StackActivity>& activity() const { return activity_; }  // by stack id
-    const AllocationTimeline& timeline() const { return timeline_; }        // alloc and mmap events
+    const AllocationTimeline& timeline() const { return timeline_; }          // alloc and mmap events
     SizeHistogram live_sizes() const;
     // The live heap at the peak: entries (heap only, no ages), the stacks
     // they use, modules and totals (live bytes and blocks at the peak).
@@ -418,9 +418,9 @@ private:
     uint64_t peak_bytes_ = 0;
     uint64_t peak_blocks_ = 0;
     uint64_t peak_time_ns_ = 0;
-    std::vector<Change> at_peak_;      // by stack: live heap at the peak
-    std::vector<Change> since_peak_;   // by stack: changes after it
-    std::vector<uint32_t> touched_;    // stacks with a change since the peak
+    std::vector<Change> at_peak_;     // by stack: live heap at the peak
+    std::vector<Change> since_peak_;  // by stack: changes after it
+    std::vector<uint32_t> touched_;   // stacks with a change since the peak
     std::vector<uint8_t> is_touched_;
 };
 

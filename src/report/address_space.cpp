@@ -177,8 +177,10 @@ std::string render_text(const AddressSpaceSummary& s, bool color) {
     for (Category c : cats) {
         const LargestRegion& big = s.largest[idx(c)];
         if (!big.present) continue;
-        largest.push_back(
-            {{category_name(c)}, {fmt::format("{:#x}", big.start)}, {human_bytes(big.size_bytes)}, {terminal_safe(big.path)}});
+        largest.push_back({{category_name(c)},
+                           {fmt::format("{:#x}", big.start)},
+                           {human_bytes(big.size_bytes)},
+                           {terminal_safe(big.path)}});
     }
     out += '\n';
     out += render_table(largest, color, {3});
@@ -188,8 +190,11 @@ std::string render_text(const AddressSpaceSummary& s, bool color) {
         std::vector<Row> images = {{{"Image"}, {"Regions"}, {"Size"}, {"Rss"}, {"Private_Dirty"}}};
         for (size_t i = 0; i < s.images.size() && i < kImagesShown; ++i) {
             const ImageUsage& m = s.images[i];
-            images.push_back({{terminal_safe(m.path)}, {std::to_string(m.stats.regions)}, {human_bytes(m.stats.size_bytes)},
-                              {human_bytes(m.stats.rss_bytes)}, {human_bytes(m.stats.private_dirty_bytes)}});
+            images.push_back({{terminal_safe(m.path)},
+                              {std::to_string(m.stats.regions)},
+                              {human_bytes(m.stats.size_bytes)},
+                              {human_bytes(m.stats.rss_bytes)},
+                              {human_bytes(m.stats.private_dirty_bytes)}});
         }
         if (s.images.size() > kImagesShown)
             images.push_back({{fmt::format("({} more in --format json)", s.images.size() - kImagesShown)}});
@@ -199,7 +204,8 @@ std::string render_text(const AddressSpaceSummary& s, bool color) {
 
     std::vector<Row> rec;
     rec.push_back({{"Reconciliation"}});
-    rec.push_back({{"  allocator"}, {s.allocator_name.empty() ? std::string("unknown") : terminal_safe(s.allocator_name)}});
+    rec.push_back(
+        {{"  allocator"}, {s.allocator_name.empty() ? std::string("unknown") : terminal_safe(s.allocator_name)}});
     if (s.tracked)
         rec.push_back({{"  tracked live"},
                        {fmt::format("{} in {} blocks (requested sizes)", human_bytes(s.tracked_live_bytes),
@@ -235,7 +241,8 @@ std::string render_text(const AddressSpaceSummary& s, bool color) {
                       {F::kResident, "resident", a.resident},
                       {F::kMapped, "mapped", a.mapped}};
         for (const auto& f : fields)
-            if (a.present & f.bit) rec.push_back({{std::string("  ") + s.allocator_name + " " + f.name}, {human_bytes(f.value)}});
+            if (a.present & f.bit)
+                rec.push_back({{std::string("  ") + s.allocator_name + " " + f.name}, {human_bytes(f.value)}});
         if ((a.present & F::kAllocated) && (a.present & F::kActive) && a.active >= a.allocated)
             rec.push_back({{"  fragmentation"},
                            {fmt::format("{:.1f}% ((active - allocated) / active)",
@@ -325,9 +332,8 @@ nlohmann::json delta_json(const AddressSpaceSummary& o, const AddressSpaceSummar
     auto null = nlohmann::json(nullptr);
     j["tracked_live_bytes"] = tracked ? nlohmann::json(delta(o.tracked_live_bytes, n.tracked_live_bytes)) : null;
     j["tracked_live_blocks"] = tracked ? nlohmann::json(delta(o.tracked_live_blocks, n.tracked_live_blocks)) : null;
-    j["not_covered_bytes"] = o.has_not_covered && n.has_not_covered
-                                 ? nlohmann::json(n.not_covered_bytes - o.not_covered_bytes)
-                                 : null;
+    j["not_covered_bytes"] =
+        o.has_not_covered && n.has_not_covered ? nlohmann::json(n.not_covered_bytes - o.not_covered_bytes) : null;
     j["malloc"] = has_malloc ? malloc_delta_json(o.malloc, n.malloc) : null;
     j["malloc_in_use_bytes"] = has_malloc ? nlohmann::json(delta(o.malloc_in_use_bytes, n.malloc_in_use_bytes)) : null;
     j["malloc_free_bytes"] = has_malloc ? nlohmann::json(delta(o.malloc_free_bytes, n.malloc_free_bytes)) : null;
@@ -415,14 +421,11 @@ std::string verdict(const AddressSpaceSummary& o, const AddressSpaceSummary& n) 
                 threads == 0 ? "" : fmt::format("{:+d} thread{}, ", threads, threads == 1 || threads == -1 ? "" : "s");
             return fmt::format("growth is {}: {}{} reserved, {} rss", what, count, size, rss);
         }
-        case Category::Image:
-            return fmt::format("growth is loaded images: {} virtual, {} rss", size, rss);
+        case Category::Image: return fmt::format("growth is loaded images: {} virtual, {} rss", size, rss);
         case Category::MappedFile:
             return fmt::format("growth is mapped files and shared memory: {} virtual, {} rss", size, rss);
-        case Category::Anonymous:
-            return fmt::format("growth is anonymous mmap: {} virtual, {} rss", size, rss);
-        default:
-            return fmt::format("growth is other mappings: {} virtual, {} rss", size, rss);
+        case Category::Anonymous: return fmt::format("growth is anonymous mmap: {} virtual, {} rss", size, rss);
+        default: return fmt::format("growth is other mappings: {} virtual, {} rss", size, rss);
     }
 }
 

@@ -38,7 +38,8 @@ std::string group_key(const SymbolFrame* site, GroupBy by, std::vector<SymbolFra
         case GroupBy::Line:
             f.inlined = false;
             *shown = {f};
-            return f.function.empty() ? frame_key(*site) : fmt::format("L\x1f{}\x1f{}\x1f{}", f.function, f.file, f.line);
+            return f.function.empty() ? frame_key(*site)
+                                      : fmt::format("L\x1f{}\x1f{}\x1f{}", f.function, f.file, f.line);
         case GroupBy::Module:
             f.function.clear();
             f.file.clear();
@@ -78,11 +79,24 @@ bool is_allocation_frame(const SymbolFrame& f) {
     for (std::string_view lib : {"std::", "__gnu_cxx::", "__cxxabiv1::"})
         if (name.substr(0, lib.size()) == lib) return true;
     static const std::string_view kPrefixes[] = {
-        "operator new",           "std::allocator",          "std::__new_allocator",     "__gnu_cxx::new_allocator",
-        "__gnu_cxx::__new_allocator", "std::allocator_traits", "std::__allocated_ptr",     "std::_Vector_base",
-        "std::__cxx11::basic_string", "std::basic_string",     "std::_Hashtable_alloc",    "std::__detail::_Hashtable_alloc",
-        "std::_Deque_base",       "std::_Rb_tree",           "std::__shared_count",      "std::__allocate_shared",
-        "std::make_shared",       "std::make_unique",
+        "operator new",
+        "std::allocator",
+        "std::__new_allocator",
+        "__gnu_cxx::new_allocator",
+        "__gnu_cxx::__new_allocator",
+        "std::allocator_traits",
+        "std::__allocated_ptr",
+        "std::_Vector_base",
+        "std::__cxx11::basic_string",
+        "std::basic_string",
+        "std::_Hashtable_alloc",
+        "std::__detail::_Hashtable_alloc",
+        "std::_Deque_base",
+        "std::_Rb_tree",
+        "std::__shared_count",
+        "std::__allocate_shared",
+        "std::make_shared",
+        "std::make_unique",
     };
     for (std::string_view p : kPrefixes)
         if (name.substr(0, p.size()) == p) return true;
@@ -234,11 +248,12 @@ uint32_t StackSymbols::key(uint32_t id, FrameKeys& keys) {
     return key_of_[id];
 }
 
-DiffResult diff(const Snapshot& old_snap, const Snapshot& new_snap, const DiffOptions& options, Symbolizer& symbolizer) {
+DiffResult diff(const Snapshot& old_snap, const Snapshot& new_snap, const DiffOptions& options,
+                Symbolizer& symbolizer) {
     DiffResult result;
     if (old_snap.process.exe != new_snap.process.exe)
-        result.warnings.push_back(fmt::format("the snapshots are of different programs ({} and {})", old_snap.process.exe,
-                                              new_snap.process.exe));
+        result.warnings.push_back(fmt::format("the snapshots are of different programs ({} and {})",
+                                              old_snap.process.exe, new_snap.process.exe));
 
     // Whole stacks by their frames' identities; the other groupings by the
     // text of their one frame's.

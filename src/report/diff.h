@@ -33,8 +33,8 @@ enum class GroupBy { Stack, Function, Line, Module };
 
 struct DiffOptions {
     GroupBy group_by = GroupBy::Stack;
-    size_t top = 0;          // 0: all
-    uint64_t min_bytes = 0;  // keep entries with |bytes_delta| >= min_bytes
+    size_t top = 0;                   // 0: all
+    uint64_t min_bytes = 0;           // keep entries with |bytes_delta| >= min_bytes
     std::vector<std::regex> exclude;  // frames whose function matches are dropped
 };
 

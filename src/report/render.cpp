@@ -26,8 +26,8 @@ std::string describe_moment(const Snapshot& s) {
     std::string what = s.marker.index ? fmt::format("marker {} \"{}\"", s.marker.index, terminal_safe(s.marker.label))
                                       : fmt::format("moment \"{}\"", terminal_safe(s.marker.label));
     std::string text = fmt::format("pid {}  {}  {} at {:.3f} s  live {} in {} blocks", s.process.pid,
-                                   terminal_safe(basename_of(s.process.exe)), what, s.time_s(), human_bytes(s.totals.live_bytes),
-                                   s.totals.live_blocks);
+                                   terminal_safe(basename_of(s.process.exe)), what, s.time_s(),
+                                   human_bytes(s.totals.live_bytes), s.totals.live_blocks);
     if (s.process.sample_bytes) text += "  (" + sampling_note(s.process.sample_bytes) + ")";
     return text;
 }
@@ -106,9 +106,10 @@ void write_diff_text(std::ostream& os, const Snapshot& old_snap, const Snapshot&
         char sign = e.bytes_delta >= 0 ? '+' : '-';
         uint64_t magnitude = static_cast<uint64_t>(e.bytes_delta < 0 ? -e.bytes_delta : e.bytes_delta);
         bool heap = e.kind == EntryKind::Heap;
-        std::string head = fmt::format("{} {:>9} ( {:>9} - {:>9} ) {:>7} {}  ({} {}, {})", sign, magnitude, e.new_bytes,
-                                       e.old_bytes, e.new_blocks, heap ? "allocs" : "mmaps", signed_count(e.blocks_delta),
-                                       heap ? "blocks" : "regions", human_bytes_signed(e.bytes_delta));
+        std::string head =
+            fmt::format("{} {:>9} ( {:>9} - {:>9} ) {:>7} {}  ({} {}, {})", sign, magnitude, e.new_bytes, e.old_bytes,
+                        e.new_blocks, heap ? "allocs" : "mmaps", signed_count(e.blocks_delta),
+                        heap ? "blocks" : "regions", human_bytes_signed(e.bytes_delta));
         out += (e.bytes_delta > 0 ? p.grow(head) : e.bytes_delta < 0 ? p.shrink(head) : head) + "\n";
         for (const SymbolFrame& f : e.frames) {
             std::string name = terminal_safe(frame_label(f));

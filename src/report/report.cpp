@@ -310,8 +310,8 @@ private:
         std::string label = terminal_safe(s_.marker.label);
         std::string what = s_.marker.index ? fmt::format("marker {} \"{}\"", s_.marker.index, label)
                                            : fmt::format("moment \"{}\"", label);
-        out_ += fmt::format("  pid {}  {}  {} at {:.3f} s\n", s_.process.pid, terminal_safe(basename_of(s_.process.exe)), what,
-                            s_.time_s());
+        out_ += fmt::format("  pid {}  {}  {} at {:.3f} s\n", s_.process.pid,
+                            terminal_safe(basename_of(s_.process.exe)), what, s_.time_s());
         if (s_.process.sample_bytes) out_ += "  " + sampling_note(s_.process.sample_bytes) + "\n";
         if (r_.from_log)
             out_ += fmt::format("  from the log {}\n", s_.source);
@@ -509,10 +509,9 @@ nlohmann::json report_to_json(const Snapshot& s, const Report& r, size_t top) {
         {"mmap_regions", s.totals.mmap_regions},
         {"allocations", s.totals.allocations},
         {"untracked_frees", s.totals.untracked_frees},
-        {"freed_before_recording",
-         s.process.attached
-             ? nlohmann::json{{"blocks", s.totals.freed_before_blocks}, {"bytes", s.totals.freed_before_bytes}}
-             : nlohmann::json(nullptr)},
+        {"freed_before_recording", s.process.attached ? nlohmann::json{{"blocks", s.totals.freed_before_blocks},
+                                                                       {"bytes", s.totals.freed_before_bytes}}
+                                                      : nlohmann::json(nullptr)},
         {"peak_bytes", s.totals.peak_bytes},
         {"peak_time_s", s.totals.peak_bytes
                             ? nlohmann::json(static_cast<double>(since_start(s, s.totals.peak_time_ns)) / 1e9)

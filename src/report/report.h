@@ -61,10 +61,10 @@ struct ReportSite {
     bool has_age = false;    // false at the peak (ages are not kept there)
     uint64_t oldest_ns = 0;  // allocation time of the oldest / newest live block, since process start
     uint64_t newest_ns = 0;
-    bool has_activity = false;        // log only, not at the peak:
-    uint64_t allocations = 0;         //   heap allocations the site made up to the moment
-    uint64_t temporary = 0;           //   of those, temporary
-    FrameList frames;  // innermost first
+    bool has_activity = false;  // log only, not at the peak:
+    uint64_t allocations = 0;   //   heap allocations the site made up to the moment
+    uint64_t temporary = 0;     //   of those, temporary
+    FrameList frames;           // innermost first
 };
 
 // A function or a module: the first frame outside the allocator.

@@ -152,9 +152,9 @@ std::string render_trend_text(const std::vector<Snapshot>& moments, const TrendR
         std::string label = terminal_safe(s.marker.label);
         std::string what = s.marker.index ? fmt::format("marker {} \"{}\"", s.marker.index, label)
                                           : fmt::format("moment \"{}\"", label);
-        out +=
-            fmt::format("  {:>3}  pid {}  {}  {} at {:.3f} s  live {} in {} blocks\n", i + 1, s.process.pid,
-                        terminal_safe(basename_of(s.process.exe)), what, s.time_s(), size(s.totals.live_bytes), s.totals.live_blocks);
+        out += fmt::format("  {:>3}  pid {}  {}  {} at {:.3f} s  live {} in {} blocks\n", i + 1, s.process.pid,
+                           terminal_safe(basename_of(s.process.exe)), what, s.time_s(), size(s.totals.live_bytes),
+                           s.totals.live_blocks);
     }
     out += "\n";
     if (t.entries.empty()) out += "No call site changed.\n";
@@ -172,8 +172,9 @@ std::string render_trend_text(const std::vector<Snapshot>& moments, const TrendR
         for (const SymbolFrame& f : e.frames) {
             std::string name = terminal_safe(frame_label(f));
             if (f.inlined) name += " [inlined]";
-            std::string where =
-                terminal_safe(f.file.empty() ? "" : f.line ? fmt::format("{}:{}", f.file, f.line) : f.file);
+            std::string where = terminal_safe(f.file.empty() ? ""
+                                              : f.line       ? fmt::format("{}:{}", f.file, f.line)
+                                                             : f.file);
             out += fmt::format("        {:<40}  {:<32}  {}\n", name, where.empty() ? "" : paint(where, "2"),
                                paint(terminal_safe(basename_of(f.module)), "2"));
         }

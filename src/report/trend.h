@@ -71,8 +71,8 @@ struct TrendEntry {
     double leak_confidence = 0;
     int64_t bytes_delta = 0;  // last - first
     int64_t blocks_delta = 0;
-    bool monotonic = false;           // grew and never shrank
-    FrameList frames;  // innermost first
+    bool monotonic = false;  // grew and never shrank
+    FrameList frames;        // innermost first
 };
 
 struct TrendOptions {

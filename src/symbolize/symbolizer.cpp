@@ -48,26 +48,19 @@ using DwflHandle = std::unique_ptr<Dwfl, DwflDeleter>;
 
 // Only "_Z" names are mangled: __cxa_demangle would also "demangle" a plain
 // C name such as "f" into the type "float".
-bool is_mangled(const char* name)
-{
-    return name && name[0] == '_' && name[1] == 'Z';
-}
+bool is_mangled(const char* name) { return name && name[0] == '_' && name[1] == 'Z'; }
 
-std::string demangle(const char* name)
-{
-    if (!is_mangled(name))
-        return name;
+std::string demangle(const char* name) {
+    if (!is_mangled(name)) return name;
     int status = 0;
     char* demangled = abi::__cxa_demangle(name, nullptr, nullptr, &status);
-    if (status != 0 || !demangled)
-        return name;
+    if (status != 0 || !demangled) return name;
     std::string result = demangled;
     std::free(demangled);
     return result;
 }
 
-std::string to_hex(const std::string& bytes)
-{
+std::string to_hex(const std::string& bytes) {
     std::string hex;
     char digits[3];
     for (unsigned char byte : bytes) {
@@ -85,8 +78,7 @@ std::string to_hex(const std::string& bytes)
 // the line table did not.
 // "/a/build/../src/x.c" -> "/a/src/x.c": lexically, as the compiler saw
 // it (no symlinks resolved: the file may not exist here).
-std::string normalized(const std::string& path)
-{
+std::string normalized(const std::string& path) {
     std::vector<std::string> parts;
     size_t start = 1;
     while (start <= path.size()) {
@@ -105,15 +97,13 @@ std::string normalized(const std::string& path)
     return out.empty() ? "/" : out;
 }
 
-std::string absolute_path(const char* file, const char* comp_dir)
-{
+std::string absolute_path(const char* file, const char* comp_dir) {
     if (file[0] == '/') return normalized(file);
     if (!comp_dir || comp_dir[0] != '/') return file;
     return normalized(std::string(comp_dir) + "/" + file);
 }
 
-const char* string_attribute(Dwarf_Die* die, unsigned int name)
-{
+const char* string_attribute(Dwarf_Die* die, unsigned int name) {
     Dwarf_Attribute attribute;
     return dwarf_formstring(dwarf_attr_integrate(die, name, &attribute));
 }
@@ -123,20 +113,16 @@ const char* string_attribute(Dwarf_Die* die, unsigned int name)
 // outside their class), where the names live. A C linkage name that is not
 // mangled (glibc's "__GI___libc_malloc" asm labels) is an internal alias,
 // not the name the source uses.
-const char* dwarf_mangled_name(Dwarf_Die* function)
-{
+const char* dwarf_mangled_name(Dwarf_Die* function) {
     for (unsigned int attribute : {DW_AT_linkage_name, DW_AT_MIPS_linkage_name}) {
         const char* name = string_attribute(function, attribute);
-        if (is_mangled(name))
-            return name;
+        if (is_mangled(name)) return name;
     }
     return nullptr;
 }
 
-std::string inlined_function_name(Dwarf_Die* inlined_call)
-{
-    if (const char* mangled = dwarf_mangled_name(inlined_call))
-        return demangle(mangled);
+std::string inlined_function_name(Dwarf_Die* inlined_call) {
+    if (const char* mangled = dwarf_mangled_name(inlined_call)) return demangle(mangled);
     const char* name = string_attribute(inlined_call, DW_AT_name);
     return name ? name : "";
 }
@@ -144,8 +130,7 @@ std::string inlined_function_name(Dwarf_Die* inlined_call)
 // Only a symbol whose recorded size covers the address (symbol_table.h):
 // the nearest preceding symbol of a sizeless or too-short one may be an
 // unrelated function. Returns the raw (possibly mangled) name.
-std::string elf_symbol_name(const SymbolTable& symbols, uint64_t vaddr)
-{
+std::string elf_symbol_name(const SymbolTable& symbols, uint64_t vaddr) {
     const char* name = symbols.name_at(vaddr);
     return name ? name : "";
 }
@@ -155,33 +140,27 @@ std::string elf_symbol_name(const SymbolTable& symbols, uint64_t vaddr)
 // (static, anonymous namespace), but the symbol table still has their
 // mangled name. A plain DWARF name beats a plain ELF symbol, which may be
 // any of several aliases of a C function.
-std::string real_function_name(const SymbolTable& symbols, uint64_t vaddr, Dwarf_Die* subprogram)
-{
-    if (const char* mangled = subprogram ? dwarf_mangled_name(subprogram) : nullptr)
-        return demangle(mangled);
+std::string real_function_name(const SymbolTable& symbols, uint64_t vaddr, Dwarf_Die* subprogram) {
+    if (const char* mangled = subprogram ? dwarf_mangled_name(subprogram) : nullptr) return demangle(mangled);
     std::string symbol = elf_symbol_name(symbols, vaddr);
     const char* dwarf_name = subprogram ? string_attribute(subprogram, DW_AT_name) : nullptr;
-    if (is_mangled(symbol.c_str()) || !dwarf_name)
-        return demangle(symbol.c_str());
+    if (is_mangled(symbol.c_str()) || !dwarf_name) return demangle(symbol.c_str());
     return dwarf_name;
 }
 
 // The innermost frame's location comes from the line table.
-void set_line_table_location(Dwfl_Module* module, uint64_t vaddr, SymbolFrame& frame)
-{
+void set_line_table_location(Dwfl_Module* module, uint64_t vaddr, SymbolFrame& frame) {
     Dwfl_Line* line = dwfl_module_getsrc(module, vaddr);
     int line_number = 0;
     const char* file = line ? dwfl_lineinfo(line, nullptr, &line_number, nullptr, nullptr, nullptr) : nullptr;
-    if (!file || line_number <= 0)
-        return;
+    if (!file || line_number <= 0) return;
     frame.file = absolute_path(file, dwfl_line_comp_dir(line));
     frame.line = static_cast<uint32_t>(line_number);
 }
 
 // An inlined call's DW_AT_call_file/DW_AT_call_line is where the next outer
 // frame stands.
-void set_call_site_location(Dwarf_Die* inlined_call, SymbolFrame& outer)
-{
+void set_call_site_location(Dwarf_Die* inlined_call, SymbolFrame& outer) {
     Dwarf_Attribute attribute;
     Dwarf_Word file_index = 0;
     Dwarf_Word line = 0;
@@ -195,8 +174,7 @@ void set_call_site_location(Dwarf_Die* inlined_call, SymbolFrame& outer)
         file_index >= file_count)
         return;
     const char* file = dwarf_filesrc(files, file_index, nullptr, nullptr);
-    if (!file)
-        return;
+    if (!file) return;
     outer.file = absolute_path(file, string_attribute(&cu, DW_AT_comp_dir));
     outer.line = static_cast<uint32_t>(line);
 }
@@ -205,8 +183,7 @@ void set_call_site_location(Dwarf_Die* inlined_call, SymbolFrame& outer)
 // concrete tree. dwarf_getscopes alone will not do: past an inlined
 // subroutine it continues with the scopes of the inlined function's
 // abstract definition (its namespace, the CU), not with its caller.
-std::vector<Dwarf_Die> scopes_at(Dwfl_Module* module, uint64_t vaddr)
-{
+std::vector<Dwarf_Die> scopes_at(Dwfl_Module* module, uint64_t vaddr) {
     Dwarf_Addr bias = 0;
     Dwarf_Die* cu = dwfl_module_addrdie(module, vaddr, &bias);
     Dwarf_Die* scopes = nullptr;
@@ -227,17 +204,14 @@ std::vector<Dwarf_Die> scopes_at(Dwfl_Module* module, uint64_t vaddr)
 // Each inlined subroutine around the address names frames.back() and opens
 // a new outer frame at its call site. Stops at the real function, returned
 // through `subprogram`; false if the address is not inside one in DWARF.
-bool add_inlined_frames(Dwfl_Module* module, uint64_t vaddr, std::vector<SymbolFrame>& frames,
-                        Dwarf_Die& subprogram)
-{
+bool add_inlined_frames(Dwfl_Module* module, uint64_t vaddr, std::vector<SymbolFrame>& frames, Dwarf_Die& subprogram) {
     for (Dwarf_Die& scope : scopes_at(module, vaddr)) {
         int tag = dwarf_tag(&scope);
         if (tag == DW_TAG_subprogram) {
             subprogram = scope;
             return true;
         }
-        if (tag != DW_TAG_inlined_subroutine)
-            continue;
+        if (tag != DW_TAG_inlined_subroutine) continue;
         frames.back().function = inlined_function_name(&scope);
         frames.back().inlined = true;
         frames.emplace_back();
@@ -249,8 +223,7 @@ bool add_inlined_frames(Dwfl_Module* module, uint64_t vaddr, std::vector<SymbolF
 // Return addresses only ever point into code. Anything else (address 0,
 // data) could still hit DWARF left behind for functions the linker
 // discarded, whose ranges start at 0: such an address gets no name.
-bool in_executable_segment(Dwfl_Module* module, uint64_t vaddr)
-{
+bool in_executable_segment(Dwfl_Module* module, uint64_t vaddr) {
     GElf_Addr bias = 0;
     Elf* elf = dwfl_module_getelf(module, &bias);
     size_t count = 0;
@@ -267,8 +240,7 @@ bool in_executable_segment(Dwfl_Module* module, uint64_t vaddr)
 
 // frames.back() is always the real function; DWARF adds the inlined frames
 // in front of it where there are any.
-std::vector<SymbolFrame> resolve(Dwfl_Module* module, const SymbolTable& symbols, uint64_t vaddr)
-{
+std::vector<SymbolFrame> resolve(Dwfl_Module* module, const SymbolTable& symbols, uint64_t vaddr) {
     std::vector<SymbolFrame> frames(1);
     if (!in_executable_segment(module, vaddr)) return frames;
     set_line_table_location(module, vaddr, frames[0]);
@@ -278,8 +250,7 @@ std::vector<SymbolFrame> resolve(Dwfl_Module* module, const SymbolTable& symbols
     return frames;
 }
 
-std::string dwfl_error()
-{
+std::string dwfl_error() {
     const char* message = dwfl_errmsg(-1);
     return message ? message : "unknown libdwfl error";
 }
@@ -289,7 +260,7 @@ std::string dwfl_error()
 struct Symbolizer::Impl {
     struct Module {
         DwflHandle dwfl;
-        Dwfl_Module* elf = nullptr;  // null: unusable, every address is module+offset
+        Dwfl_Module* elf = nullptr;          // null: unusable, every address is module+offset
         std::optional<SymbolTable> symbols;  // of elf
         bool warned_no_symbol = false;
         std::unordered_map<uint64_t, std::vector<SymbolFrame>> frames_by_vaddr;
@@ -304,18 +275,15 @@ struct Symbolizer::Impl {
     std::vector<SymbolFrame> lookup(const ModuleRef& ref, Module& module, uint64_t vaddr);
 };
 
-Symbolizer::Impl::Module& Symbolizer::Impl::module_for(const ModuleRef& ref)
-{
+Symbolizer::Impl::Module& Symbolizer::Impl::module_for(const ModuleRef& ref) {
     auto [it, inserted] = modules.try_emplace({ref.path, ref.build_id});
-    if (inserted)
-        open(ref, it->second);
+    if (inserted) open(ref, it->second);
     return it->second;
 }
 
 // Base 0 and no p_vaddr adjustment: the module's addresses are the ELF
 // file's own vaddrs, which is what callers pass.
-void Symbolizer::Impl::open(const ModuleRef& ref, Module& module)
-{
+void Symbolizer::Impl::open(const ModuleRef& ref, Module& module) {
     module.dwfl.reset(dwfl_begin(&kOfflineCallbacks));
     if (!module.dwfl) {
         warnings.push_back(ref.path + ": cannot start libdwfl: " + dwfl_error() + kFallbackNote);
@@ -345,23 +313,19 @@ void Symbolizer::Impl::open(const ModuleRef& ref, Module& module)
     }
 }
 
-bool Symbolizer::Impl::build_id_matches(const ModuleRef& ref, Dwfl_Module* elf)
-{
-    if (ref.build_id.empty())
-        return true;
+bool Symbolizer::Impl::build_id_matches(const ModuleRef& ref, Dwfl_Module* elf) {
+    if (ref.build_id.empty()) return true;
     const unsigned char* bits = nullptr;
     GElf_Addr note_vaddr = 0;
     int length = dwfl_module_build_id(elf, &bits, &note_vaddr);
     std::string on_disk = length > 0 ? std::string(reinterpret_cast<const char*>(bits), length) : "";
-    if (on_disk == ref.build_id)
-        return true;
+    if (on_disk == ref.build_id) return true;
     warnings.push_back(ref.path + ": build-id mismatch (recorded " + to_hex(ref.build_id) + ", on disk " +
                        (on_disk.empty() ? "none" : to_hex(on_disk)) + ")" + kFallbackNote);
     return false;
 }
 
-std::vector<SymbolFrame> Symbolizer::Impl::lookup(const ModuleRef& ref, Module& module, uint64_t vaddr)
-{
+std::vector<SymbolFrame> Symbolizer::Impl::lookup(const ModuleRef& ref, Module& module, uint64_t vaddr) {
     std::vector<SymbolFrame> frames =
         module.elf ? resolve(module.elf, *module.symbols, vaddr) : std::vector<SymbolFrame>(1);
     if (module.elf && frames.back().function.empty() && !module.warned_no_symbol) {
@@ -381,8 +345,7 @@ Symbolizer::Symbolizer() : impl_(std::make_unique<Impl>()) {}
 
 Symbolizer::~Symbolizer() = default;
 
-const std::vector<SymbolFrame>& Symbolizer::symbolize(const ModuleRef& module, uint64_t vaddr)
-{
+const std::vector<SymbolFrame>& Symbolizer::symbolize(const ModuleRef& module, uint64_t vaddr) {
     Impl::Module& state = impl_->module_for(module);
     auto it = state.frames_by_vaddr.find(vaddr);
     if (it == state.frames_by_vaddr.end())
@@ -390,9 +353,6 @@ const std::vector<SymbolFrame>& Symbolizer::symbolize(const ModuleRef& module, u
     return it->second;
 }
 
-const std::vector<std::string>& Symbolizer::warnings() const
-{
-    return impl_->warnings;
-}
+const std::vector<std::string>& Symbolizer::warnings() const { return impl_->warnings; }
 
 }  // namespace heapsnap

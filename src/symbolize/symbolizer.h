@@ -71,8 +71,8 @@ struct SymbolFrame {
     // Source file path as in DWARF, made absolute with the CU's comp_dir;
     // empty if unknown.
     std::string file;
-    uint32_t line = 0;  // 0 if unknown
-    std::string module;  // ModuleRef::path
+    uint32_t line = 0;    // 0 if unknown
+    std::string module;   // ModuleRef::path
     uint64_t offset = 0;  // the ELF virtual address that was looked up
     // True for an inlined function; it sits inside the next (outer) frame.
     bool inlined = false;

@@ -31,8 +31,7 @@ std::optional<uint64_t> parse_size(std::string_view text) {
     size_t digits = 0;
     while (digits < text.size() && ((text[digits] >= '0' && text[digits] <= '9') || text[digits] == '.')) ++digits;
     std::string_view number = text.substr(0, digits), unit = text.substr(digits);
-    if (number.empty() || number.front() == '.' || number.back() == '.' ||
-        number.find('.') != number.rfind('.'))
+    if (number.empty() || number.front() == '.' || number.back() == '.' || number.find('.') != number.rfind('.'))
         return std::nullopt;
     std::string lower;
     for (char c : unit) lower += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
@@ -67,7 +66,10 @@ std::optional<uint64_t> parse_size(std::string_view text) {
 
 std::string size_option(uint64_t bytes) {
     static const char units[] = {'K', 'M', 'G', 'T'};
-    int unit = bytes >= (uint64_t{1} << 40) ? 3 : bytes >= (uint64_t{1} << 30) ? 2 : bytes >= (uint64_t{1} << 20) ? 1 : 0;
+    int unit = bytes >= (uint64_t{1} << 40)   ? 3
+               : bytes >= (uint64_t{1} << 30) ? 2
+               : bytes >= (uint64_t{1} << 20) ? 1
+                                              : 0;
     uint64_t size = uint64_t{1} << (10 * (unit + 1));
     return std::to_string(bytes / size + (bytes % size ? 1 : 0)) + units[unit];
 }
@@ -83,8 +85,7 @@ std::string size_option_or_bytes(uint64_t bytes) {
 
 std::string sampling_note(uint64_t sample_bytes) {
     if (!sample_bytes) return "";
-    return "sampled: one sample per " + human_bytes(sample_bytes) +
-           " allocated; heap bytes and blocks are estimates";
+    return "sampled: one sample per " + human_bytes(sample_bytes) + " allocated; heap bytes and blocks are estimates";
 }
 
 std::string human_bytes_signed(int64_t bytes) {

@@ -71,8 +71,7 @@ void budget_take_volume(uint64_t bytes) {
 void budget_take_memory(uint64_t bytes, const char* what) {
     uint64_t limit = allowance("HEAPSNAP_READ_MEMORY", kBaseMemory, kMemoryPerInputByte);
     if (bytes > limit - std::min(limit, g_budget.memory))
-        exceeded("needs more than " + human_bytes(limit) + " of memory (" + what + ")", "HEAPSNAP_READ_MEMORY",
-                 limit);
+        exceeded("needs more than " + human_bytes(limit) + " of memory (" + what + ")", "HEAPSNAP_READ_MEMORY", limit);
     g_budget.memory += bytes;
 }
 

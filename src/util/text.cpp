@@ -20,18 +20,17 @@ size_t utf8_at(std::string_view text, size_t i, uint32_t* code) {
         if ((byte(i + k) & 0xc0) != 0x80) return 0;
         c = c << 6 | (byte(i + k) & 0x3f);
     }
-    if ((n == 3 && c < 0x800) || (n == 4 && (c < 0x10000 || c > 0x10ffff)) || (c >= 0xd800 && c <= 0xdfff))
-        return 0;
+    if ((n == 3 && c < 0x800) || (n == 4 && (c < 0x10000 || c > 0x10ffff)) || (c >= 0xd800 && c <= 0xdfff)) return 0;
     *code = c;
     return n;
 }
 
 bool is_format_control(uint32_t c) {
-    return (c >= 0x80 && c <= 0x9f) ||                     // C1 controls (CSI is U+009B)
-           (c >= 0x202a && c <= 0x202e) ||                 // bidirectional embeddings and overrides
-           (c >= 0x2066 && c <= 0x2069) ||                 // bidirectional isolates
-           c == 0x200e || c == 0x200f || c == 0x061c ||    // direction marks
-           c == 0x2028 || c == 0x2029;                     // line and paragraph separators
+    return (c >= 0x80 && c <= 0x9f) ||                   // C1 controls (CSI is U+009B)
+           (c >= 0x202a && c <= 0x202e) ||               // bidirectional embeddings and overrides
+           (c >= 0x2066 && c <= 0x2069) ||               // bidirectional isolates
+           c == 0x200e || c == 0x200f || c == 0x061c ||  // direction marks
+           c == 0x2028 || c == 0x2029;                   // line and paragraph separators
 }
 
 }  // namespace

@@ -57,7 +57,10 @@ struct Enc {
     }
 };
 
-const std::string kControlLabel = "A\x1b]0;owned\x07\x1b[2J\r\nforged: 0 bytes\x7f\xc2\x9b" "31m\xe2\x80\xae" "evil";
+const std::string kControlLabel =
+    "A\x1b]0;owned\x07\x1b[2J\r\nforged: 0 bytes\x7f\xc2\x9b"
+    "31m\xe2\x80\xae"
+    "evil";
 const std::string kControlExe = "/nonexistent/app\x1b[31m\nforged";
 const std::string kControlModule = "/nonexistent/lib\x1b]0;x\x07,\"q\".so";
 
@@ -104,18 +107,18 @@ Enc process_record(const std::string& exe = "/nonexistent/hostile-app") {
     Enc e;
     e.u8(static_cast<uint8_t>(hslog::Tag::Process));
     e.str("0.1.0");
-    e.varint(4242);                       // pid
-    e.varint(4241);                       // ppid
-    e.varint(1000);                       // uid
-    e.varint(1700000000000000000ull);     // start_realtime_ns
-    e.varint(1000000000ull);              // start_ns
-    e.varint(4096);                       // page_size
-    e.u8(0);                              // unwind: dwarf
-    e.varint(64);                         // max_depth
+    e.varint(4242);                    // pid
+    e.varint(4241);                    // ppid
+    e.varint(1000);                    // uid
+    e.varint(1700000000000000000ull);  // start_realtime_ns
+    e.varint(1000000000ull);           // start_ns
+    e.varint(4096);                    // page_size
+    e.u8(0);                           // unwind: dwarf
+    e.varint(64);                      // max_depth
     e.str(exe);
     e.str(std::string("hostile-app\0--flag\0", 19));
-    e.varint(0);                          // sample_bytes: exact
-    e.u8(0);                              // attached: no (version 10)
+    e.varint(0);  // sample_bytes: exact
+    e.u8(0);      // attached: no (version 10)
     return e;
 }
 
@@ -130,8 +133,8 @@ Enc marker_record(uint32_t index, hslog::MarkerCause cause, const std::string& l
     e.varint(index);
     e.u8(static_cast<uint8_t>(cause));
     e.str(label);
-    e.varint(2048);  // rss_kb
-    e.varint(2);     // threads
+    e.varint(2048);   // rss_kb
+    e.varint(2);      // threads
     e.varint(65536);  // recorder_bytes
     e.u8(1);          // mallinfo2 follows
     for (int i = 0; i < 7; ++i) e.varint(1000 + i);
@@ -152,7 +155,7 @@ Enc marker_record(uint32_t index, hslog::MarkerCause cause, const std::string& l
 // The records of a well-formed log, one Enc per record, in order; the
 // comments name the kinds the truncation cases cut.
 std::vector<std::pair<std::string, Enc>> good_records(const std::string& module_path, const std::string& build_id,
-                                                       uint32_t second_frame_module = 1) {
+                                                      uint32_t second_frame_module = 1) {
     std::vector<std::pair<std::string, Enc>> r;
     r.emplace_back("process", process_record());
     Enc m;
@@ -184,7 +187,10 @@ std::vector<std::pair<std::string, Enc>> good_records(const std::string& module_
     r.emplace_back("thread-start", ts);
     r.emplace_back("marker", marker_record(1, hslog::MarkerCause::User, "A", 0));
     Enc a1;
-    a1.rec([](codec::Writer& w) { hslog::put_time(w, 3); hslog::put_alloc(w, hslog::AllocFn::Malloc, 100, 1); });  // info 1
+    a1.rec([](codec::Writer& w) {
+        hslog::put_time(w, 3);
+        hslog::put_alloc(w, hslog::AllocFn::Malloc, 100, 1);
+    });  // info 1
     r.emplace_back("alloc", a1);
     Enc a2;
     a2.rec([](codec::Writer& w) { hslog::put_alloc(w, hslog::AllocFn::Calloc, 200, 2); });  // info 2
@@ -362,7 +368,6 @@ void logs(const std::string& real_elf, const std::string& real_build_id) {
     controls[index_of(controls, "marker")].second = marker_record(1, hslog::MarkerCause::User, kControlLabel, 0);
     write_good("control-chars.hslog", controls);
 }
-
 
 // ---- bombs: small files that describe a lot --------------------------------
 //

@@ -83,9 +83,7 @@ inline std::vector<size_t> record_starts(const Bytes& payload) {
         } else if (tag >= 0x50 && tag < 0x70) {
         } else {
             switch (static_cast<Tag>(tag)) {
-                case Tag::Process:
-                    r.str(), varints(6), r.u8(), varints(1), r.str(), r.str(), varints(1), r.u8();
-                    break;
+                case Tag::Process: r.str(), varints(6), r.u8(), varints(1), r.str(), r.str(), varints(1), r.u8(); break;
                 case Tag::ModuleLoad: varints(5), r.str(), r.str(); break;
                 case Tag::ModuleUnload: varints(2); break;
                 case Tag::Stack: {
@@ -116,7 +114,8 @@ inline std::vector<size_t> record_starts(const Bytes& payload) {
                             if (present & (1u << i)) r.varint();
                     }
                     uint32_t regions = r.u32le();
-                    for (uint32_t i = 0; i < regions && r.ok(); ++i) varints(2), r.u8(), r.u8(), varints(2), r.str(), varints(4);
+                    for (uint32_t i = 0; i < regions && r.ok(); ++i)
+                        varints(2), r.u8(), r.u8(), varints(2), r.str(), varints(4);
                     break;
                 }
                 default: return {};
@@ -130,9 +129,9 @@ inline std::vector<size_t> record_starts(const Bytes& payload) {
 
 // A number at an edge, for a field.
 inline uint64_t edge_value(Rng& rng) {
-    static const uint64_t kEdges[] = {0,          1,          2,          255,        256,        65535,
-                                      65536,      65537,      1u << 30,   UINT32_MAX, 1ull << 32, 1ull << 40,
-                                      1ull << 62, INT64_MAX,  UINT64_MAX, 16u << 20,  4096,       (1ull << 30) - 1};
+    static const uint64_t kEdges[] = {0,          1,         2,          255,        256,        65535,
+                                      65536,      65537,     1u << 30,   UINT32_MAX, 1ull << 32, 1ull << 40,
+                                      1ull << 62, INT64_MAX, UINT64_MAX, 16u << 20,  4096,       (1ull << 30) - 1};
     return kEdges[rng() % (sizeof kEdges / sizeof kEdges[0])];
 }
 
@@ -171,7 +170,8 @@ inline void mutate_payload(Bytes& p, Rng& rng, size_t max_growth, bool first_fra
     Bytes rec_i(p.begin() + static_cast<long>(starts[i]), p.begin() + static_cast<long>(starts[i + 1]));
     switch (rng() % 6) {
         case 0: {  // repeat a record, up to many times: few compressed bytes, much to hold
-            size_t times = 1 + rng() % (rng() % 2 ? 4 : std::max<size_t>(1, max_growth / std::max<size_t>(1, rec_i.size())));
+            size_t times =
+                1 + rng() % (rng() % 2 ? 4 : std::max<size_t>(1, max_growth / std::max<size_t>(1, rec_i.size())));
             Bytes many;
             for (size_t k = 0; k < times; ++k) many.insert(many.end(), rec_i.begin(), rec_i.end());
             p.insert(p.begin() + static_cast<long>(starts[i + 1]), many.begin(), many.end());

@@ -61,8 +61,8 @@ TEST_CASE("alloc_infos: random churn names every block as the model does, in bot
         uint64_t base = uint64_t{0x5555'0000'0000} + (rng() % 64) * 4096;
         uint64_t offset = (rng() % 256) * 16;
         switch (rng() % 8) {
-            case 0: return base + offset + 8;                        // 8-byte aligned
-            case 1: return (uint64_t{1} << 47) + base + offset;     // above 2^47
+            case 0: return base + offset + 8;                    // 8-byte aligned
+            case 1: return (uint64_t{1} << 47) + base + offset;  // above 2^47
             default: return base + offset;
         }
     };
@@ -176,7 +176,8 @@ TEST_CASE("alloc_infos: memory follows the live blocks, not the events") {
     }
     CHECK(raw_mapped_bytes() - before == (64 + 32 + 4) * 1024);
     // 10 000 live blocks: the packed table doubles to 32 768 entries.
-    for (uint64_t i = 0; i < 10'000; ++i) REQUIRE(alloc_infos_alloc(0x6666'0000'0000 + i * 32, AllocFn::Malloc, 24, 1).ok);
+    for (uint64_t i = 0; i < 10'000; ++i)
+        REQUIRE(alloc_infos_alloc(0x6666'0000'0000 + i * 32, AllocFn::Malloc, 24, 1).ok);
     CHECK(raw_mapped_bytes() - before == (256 + 32 + 4) * 1024);
     alloc_infos_reset();
     CHECK(raw_mapped_bytes() == before);

@@ -10,8 +10,9 @@
 using namespace heapsnap::cli;
 
 TEST_CASE("control client: the uids of a process come from the Uid: line of its status") {
-    std::string status = "Name:\tmemcached\nUmask:\t0022\nState:\tS (sleeping)\nPid:\t812\n"
-                         "Uid:\t65534\t65534\t0\t65534\nGid:\t65534\t65534\t65534\t65534\n";
+    std::string status =
+        "Name:\tmemcached\nUmask:\t0022\nState:\tS (sleeping)\nPid:\t812\n"
+        "Uid:\t65534\t65534\t0\t65534\nGid:\t65534\t65534\t65534\t65534\n";
     auto uids = parse_status_uids(status);
     REQUIRE(uids);
     CHECK(uids->real == 65534);
@@ -41,9 +42,9 @@ TEST_CASE("control client: recorders are the listening stream sockets named @hea
         "0000000000000000: 00000002 00000000 00010000 0001 01 49849 @heapsnap.18369\n"
         "0000000000000000: 00000003 00000000 00000000 0001 03 49850 @heapsnap.18369\n"  // a connection
         "0000000000000000: 00000002 00000000 00010000 0001 01 49851 @heapsnap.77\n"
-        "0000000000000000: 00000002 00000000 00010000 0001 01 49852 @heapsnap.77\n"      // twice: once listed
-        "0000000000000000: 00000002 00000000 00000000 0002 01 49853 @heapsnap.91\n"      // datagram
-        "0000000000000000: 00000002 00000000 00010000 0001 01 49854 @heapsnap.091\n"     // leading zero
+        "0000000000000000: 00000002 00000000 00010000 0001 01 49852 @heapsnap.77\n"   // twice: once listed
+        "0000000000000000: 00000002 00000000 00000000 0002 01 49853 @heapsnap.91\n"   // datagram
+        "0000000000000000: 00000002 00000000 00010000 0001 01 49854 @heapsnap.091\n"  // leading zero
         "0000000000000000: 00000002 00000000 00010000 0001 01 49855 @heapsnap.12x\n"
         "0000000000000000: 00000002 00000000 00010000 0001 01 49856 @heapsnap.0\n"
         "0000000000000000: 00000002 00000000 00010000 0001 01 49857 @heapsnap.99999999999\n"
@@ -97,8 +98,9 @@ TEST_CASE("control client: replies to snapshot") {
 }
 
 TEST_CASE("control client: replies to info") {
-    std::string reply = "ok info\npid 812\nuid 0 65534\nsince 1767312000123456789\nevents 120345\n"
-                        "exe /usr/bin/memcached\nlog /srv/x\\x5cy.hslog\n";
+    std::string reply =
+        "ok info\npid 812\nuid 0 65534\nsince 1767312000123456789\nevents 120345\n"
+        "exe /usr/bin/memcached\nlog /srv/x\\x5cy.hslog\n";
     auto info = parse_info_answer(reply);
     REQUIRE(info);
     CHECK(info->pid == 812);

@@ -82,10 +82,10 @@ TEST_CASE("log reader: records decode with time, address, allocation info and th
     b.free_(1200000, 0x5000);
     b.alloc(1250000, 0x7000000, 70000, 1);  // large: named by its address, no info
     b.free_(1260000, 0x4000);
-    b.free_(1270000, 0x9000);  // never allocated: an untracked free names its address
+    b.free_(1270000, 0x9000);                                // never allocated: an untracked free names its address
     b.alloc(1280000, 0x6000, 8, 1, hslog::AllocFn::Calloc);  // a new triple: calloc is part of it
     b.alloc(1290000, 0x4000, 8, 1);  // a known triple: an AllocInfo record, resolved by the reader
-    b.free_(1295000, 0x7000000);  // a FreeAt
+    b.free_(1295000, 0x7000000);     // a FreeAt
     b.marker(1300000, 1, "A");
     b.end(1400000);
     b.frame();
@@ -124,12 +124,12 @@ TEST_CASE("log format: exact bytes of the heap records") {
     hslog::put_free_at(w, -0x10);
     hslog::put_free_unknown(w, 1, 104);
     std::vector<uint8_t> got(buf, buf + w.size());
-    std::vector<uint8_t> expected = {0x31, 0x64, 0x03,                    // Alloc calloc, size 100, stack 3
-                                     0x81, 0x2c,                          // short AllocInfo 300 (0x12c)
-                                     0xd2, 0x34,                          // short Free info 0x1234
+    std::vector<uint8_t> expected = {0x31, 0x64, 0x03,                                // Alloc calloc, size 100, stack 3
+                                     0x81, 0x2c,                                      // short AllocInfo 300 (0x12c)
+                                     0xd2, 0x34,                                      // short Free info 0x1234
                                      0x40, 0x80, 0x80, 0x08, 0x80, 0x80, 0x04, 0x01,  // AllocAt +0x10000, 65536
-                                     0x15, 0x1f,                          // FreeAt -16 (zigzag 31)
-                                     0x14, 0x02, 0x68};                   // FreeUnknown +1, usable 104
+                                     0x15, 0x1f,                                      // FreeAt -16 (zigzag 31)
+                                     0x14, 0x02, 0x68};                               // FreeUnknown +1, usable 104
     CHECK(got == expected);
 }
 
@@ -143,12 +143,12 @@ TEST_CASE("log format: an info id takes the short form up to 16383, the long for
     hslog::put_alloc_info(w, 16384);
     hslog::put_free(w, 16384);
     std::vector<uint8_t> got(buf, buf + w.size());
-    std::vector<uint8_t> expected = {0x80, 0x01,              // short AllocInfo 1
-                                     0xc0, 0x01,              // short Free 1
-                                     0xbf, 0xff,              // short AllocInfo 16383: all 14 bits set
-                                     0xff, 0xff,              // short Free 16383
-                                     0x10, 0x80, 0x80, 0x01,  // AllocInfo 16384 (varint)
-                                     0x11, 0x80, 0x80, 0x01}; // Free 16384
+    std::vector<uint8_t> expected = {0x80, 0x01,               // short AllocInfo 1
+                                     0xc0, 0x01,               // short Free 1
+                                     0xbf, 0xff,               // short AllocInfo 16383: all 14 bits set
+                                     0xff, 0xff,               // short Free 16383
+                                     0x10, 0x80, 0x80, 0x01,   // AllocInfo 16384 (varint)
+                                     0x11, 0x80, 0x80, 0x01};  // Free 16384
     CHECK(got == expected);
 }
 
@@ -161,11 +161,11 @@ TEST_CASE("log format: a thread index takes one byte up to 31, the Thread record
     hslog::put_thread(w, 32);
     hslog::put_thread(w, 300);
     std::vector<uint8_t> got(buf, buf + w.size());
-    std::vector<uint8_t> expected = {0x50,              // ShortThread 0
-                                     0x51,              // ShortThread 1
-                                     0x6f,              // ShortThread 31
-                                     0x05, 0x20,        // Thread 32
-                                     0x05, 0xac, 0x02}; // Thread 300 (varint)
+    std::vector<uint8_t> expected = {0x50,               // ShortThread 0
+                                     0x51,               // ShortThread 1
+                                     0x6f,               // ShortThread 31
+                                     0x05, 0x20,         // Thread 32
+                                     0x05, 0xac, 0x02};  // Thread 300 (varint)
     CHECK(got == expected);
 }
 
@@ -178,17 +178,28 @@ TEST_CASE("log reader: short and long thread switches set the same thread") {
         return read_with(b, records, 5, 4);
     };
     std::vector<std::string> got_short = read({
-        0x5f, 0x80, 0x01,  // ShortThread 15, short AllocInfo 1
-        0x6f, 0xc0, 0x01,  // ShortThread 31, short Free 1
-        0x05, 0x20,        // Thread 32: too large for a ShortThread
-        0x80, 0x01,
-        0x50, 0xc0, 0x01,  // ShortThread 0
+        0x5f, 0x80, 0x01,              // ShortThread 15, short AllocInfo 1
+        0x6f, 0xc0, 0x01,              // ShortThread 31, short Free 1
+        0x05, 0x20,                    // Thread 32: too large for a ShortThread
+        0x80, 0x01, 0x50, 0xc0, 0x01,  // ShortThread 0
     });
     std::vector<std::string> got_long = read({
-        0x05, 0x0f, 0x80, 0x01,  // the same with Thread records only
-        0x05, 0x1f, 0xc0, 0x01,
-        0x05, 0x20, 0x80, 0x01,
-        0x05, 0x00, 0xc0, 0x01,
+        0x05,
+        0x0f,
+        0x80,
+        0x01,  // the same with Thread records only
+        0x05,
+        0x1f,
+        0xc0,
+        0x01,
+        0x05,
+        0x20,
+        0x80,
+        0x01,
+        0x05,
+        0x00,
+        0xc0,
+        0x01,
     });
     std::vector<std::string> expected = {
         "alloc t=1100000 thread=15 fn=malloc info=1 addr=0 size=100 stack=1",
@@ -211,23 +222,38 @@ TEST_CASE("log reader: short and long AllocInfo and Free records decode to the s
         return b;
     };
     LogBuilder long_form = defined();
-    std::vector<std::string> got_long = read_with(long_form, {
-        0x10, 0x05,              // AllocInfo 5
-        0x11, 0x05,              // Free 5
-        0x10, 0xff, 0x7f,        // AllocInfo 16383
-        0x11, 0xff, 0x7f,        // Free 16383
-        0x10, 0x80, 0x80, 0x01,  // AllocInfo 16384
-        0x11, 0x80, 0x80, 0x01,  // Free 16384
-    }, 16384 + 6, 6);
+    std::vector<std::string> got_long = read_with(long_form,
+                                                  {
+                                                      0x10, 0x05,              // AllocInfo 5
+                                                      0x11, 0x05,              // Free 5
+                                                      0x10, 0xff, 0x7f,        // AllocInfo 16383
+                                                      0x11, 0xff, 0x7f,        // Free 16383
+                                                      0x10, 0x80, 0x80, 0x01,  // AllocInfo 16384
+                                                      0x11, 0x80, 0x80, 0x01,  // Free 16384
+                                                  },
+                                                  16384 + 6, 6);
     LogBuilder mixed = defined();
-    std::vector<std::string> got_mixed = read_with(mixed, {
-        0x80, 0x05,              // short AllocInfo 5
-        0x11, 0x05,              // Free 5, long
-        0x10, 0xff, 0x7f,        // AllocInfo 16383, long
-        0xff, 0xff,              // short Free 16383
-        0x10, 0x80, 0x80, 0x01,  // AllocInfo 16384: only the long form names it
-        0x11, 0x80, 0x80, 0x01,
-    }, 16384 + 6, 6);
+    std::vector<std::string> got_mixed = read_with(mixed,
+                                                   {
+                                                       0x80,
+                                                       0x05,  // short AllocInfo 5
+                                                       0x11,
+                                                       0x05,  // Free 5, long
+                                                       0x10,
+                                                       0xff,
+                                                       0x7f,  // AllocInfo 16383, long
+                                                       0xff,
+                                                       0xff,  // short Free 16383
+                                                       0x10,
+                                                       0x80,
+                                                       0x80,
+                                                       0x01,  // AllocInfo 16384: only the long form names it
+                                                       0x11,
+                                                       0x80,
+                                                       0x80,
+                                                       0x01,
+                                                   },
+                                                   16384 + 6, 6);
     std::vector<std::string> expected = {
         "alloc t=1100000 thread=0 fn=malloc info=5 addr=0 size=5 stack=1",
         "free t=1100000 thread=0 info=5 addr=0",
@@ -344,7 +370,8 @@ TEST_CASE("log reader: bad input is refused with one clear message") {
     TempFile empty{LogBuilder().write(std::vector<uint8_t>{})};
     CHECK(expect_error(empty.path) == empty.path + ": not a heapsnap log (bad magic)");
 
-    TempFile text{LogBuilder().write(std::vector<uint8_t>{'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd', '!', '!', '!', '!', '!'})};
+    TempFile text{LogBuilder().write(
+        std::vector<uint8_t>{'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd', '!', '!', '!', '!', '!'})};
     CHECK(expect_error(text.path) == text.path + ": not a heapsnap log (bad magic)");
 
     // Version 5 had no one-byte thread switches: its reader would take
@@ -526,7 +553,7 @@ TEST_CASE("replay: a read resumed where an earlier one stopped ends where a read
     b.thread(1);
     b.alloc(1400000, 0x7000, 40, 2);  // info 2
     b.marker(1500000, 1, "A");
-    b.frame();  // the marker ends its frame: a stop there can be resumed
+    b.frame();                 // the marker ends its frame: a stop there can be resumed
     b.free_(1600000, 0x5100);  // frees of an info and an address known before the stop
     b.free_(1700000, 0x6000);
     b.alloc(1800000, 0x8000, 100, 1);

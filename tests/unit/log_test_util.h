@@ -75,8 +75,7 @@ public:
     // Heap events name addresses, as the hooks see them; the builder keeps
     // the allocation infos the way the recorder's writer does
     // (alloc_infos.h): a small block's info, 0 for an addressed one.
-    void alloc(uint64_t t, uint64_t addr, uint64_t size, uint32_t stack,
-               hslog::AllocFn fn = hslog::AllocFn::Malloc) {
+    void alloc(uint64_t t, uint64_t addr, uint64_t size, uint32_t stack, hslog::AllocFn fn = hslog::AllocFn::Malloc) {
         codec::Writer w = room();
         time(w, t);
         if (auto it = live_.find(addr); it != live_.end()) {  // a missed free

@@ -21,8 +21,8 @@ TEST_CASE("recording settings: durations take ms, s, m, h, and a bare number is 
     CHECK(parse_duration("1.5h") == 5400.0);
     CHECK(parse_duration("90") == 90.0);
     CHECK(parse_duration("0") == 0.0);
-    for (const char* bad : {"", "s", ".5s", "5.s", "1.2.3s", "-1s", "+1s", "10x", "10 s", "10S", "1M", "1e3",
-                            "5sec", "ms", "inf", "nan"})
+    for (const char* bad :
+         {"", "s", ".5s", "5.s", "1.2.3s", "-1s", "+1s", "10x", "10 s", "10S", "1M", "1e3", "5sec", "ms", "inf", "nan"})
         CHECK_MESSAGE(!parse_duration(bad), bad);
 }
 
@@ -64,8 +64,7 @@ TEST_CASE("recording settings: rules checked together, and the recorder's variab
     SteeringSettings s;
     s.rules = {"rss>1G", "live>512M", "growth>100M"};
     CHECK_NOTHROW(check_steering(s, 0));
-    CHECK_THROWS_WITH(check_steering(s, 65536),
-                      doctest::Contains("live>512M cannot be used with --sample-bytes"));
+    CHECK_THROWS_WITH(check_steering(s, 65536), doctest::Contains("live>512M cannot be used with --sample-bytes"));
     SteeringSettings rss_only;
     rss_only.rules = {"rss>1G"};
     CHECK_NOTHROW(check_steering(rss_only, 65536));

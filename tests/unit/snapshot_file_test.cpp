@@ -36,7 +36,8 @@ Snapshot sample() {
     s.has_marker_data = true;
     s.totals.live_bytes = 4800;
     s.totals.live_blocks = 100;
-    s.modules.push_back(SnapshotModule{ModuleRecord{1, 0, 0x400000, 0x400000, 0x500000, "/usr/bin/app", "\x01\x02"}, true});
+    s.modules.push_back(
+        SnapshotModule{ModuleRecord{1, 0, 0x400000, 0x400000, 0x500000, "/usr/bin/app", "\x01\x02"}, true});
     s.stacks[9] = {StackFrame{1, 0x1234}, StackFrame{1, 0x5678}};
     s.entries.push_back(SnapshotEntry{9, EntryKind::Heap, 4800, 100, 10, 20});
     return s;

@@ -32,8 +32,7 @@ struct Opened {
     Dwfl* dwfl = nullptr;
     Dwfl_Module* module = nullptr;
 
-    explicit Opened(const std::string& path)
-    {
+    explicit Opened(const std::string& path) {
         dwfl = dwfl_begin(&kCallbacks);
         REQUIRE(dwfl);
         int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -49,32 +48,27 @@ struct Opened {
 
 // What the symbolizer took from libdwfl before: dwfl_module_addrinfo's
 // symbol, if it has a size and holds the address.
-std::string libdwfl_name(Dwfl_Module* module, uint64_t vaddr)
-{
+std::string libdwfl_name(Dwfl_Module* module, uint64_t vaddr) {
     GElf_Off offset = 0;
     GElf_Sym symbol;
     const char* name = dwfl_module_addrinfo(module, vaddr, &offset, &symbol, nullptr, nullptr, nullptr);
-    if (!name || symbol.st_size == 0 || offset >= symbol.st_size)
-        return "";
+    if (!name || symbol.st_size == 0 || offset >= symbol.st_size) return "";
     return name;
 }
 
-std::string table_name(const heapsnap::SymbolTable& table, uint64_t vaddr)
-{
+std::string table_name(const heapsnap::SymbolTable& table, uint64_t vaddr) {
     const char* name = table.name_at(vaddr);
     return name ? name : "";
 }
 
-std::string path_of(const void* address)
-{
+std::string path_of(const void* address) {
     Dl_info info;
     REQUIRE(dladdr(address, &info) != 0);
     REQUIRE(info.dli_fname);
     return info.dli_fname;
 }
 
-std::string self_path()
-{
+std::string self_path() {
     char path[PATH_MAX];
     ssize_t length = readlink("/proc/self/exe", path, sizeof path - 1);
     REQUIRE(length > 0);
@@ -83,8 +77,7 @@ std::string self_path()
 
 // About 600 symbols a module: dwfl_module_addrinfo reads the whole table
 // on every call.
-void check_same_names(const std::string& path)
-{
+void check_same_names(const std::string& path) {
     CAPTURE(path);
     Opened opened(path);
     heapsnap::SymbolTable table(opened.module);
@@ -97,8 +90,7 @@ void check_same_names(const std::string& path)
         GElf_Sym symbol;
         GElf_Addr start = 0;
         const char* name = dwfl_module_getsym_info(opened.module, i, &symbol, &start, nullptr, nullptr, nullptr);
-        if (!name || symbol.st_size == 0 || GELF_ST_TYPE(symbol.st_info) != STT_FUNC)
-            continue;
+        if (!name || symbol.st_size == 0 || GELF_ST_TYPE(symbol.st_info) != STT_FUNC) continue;
         for (uint64_t vaddr : {start - 1, start, start + symbol.st_size / 2, start + symbol.st_size - 1}) {
             CAPTURE(vaddr);
             std::string expected = libdwfl_name(opened.module, vaddr);
@@ -113,16 +105,14 @@ void check_same_names(const std::string& path)
 
 }  // namespace
 
-TEST_CASE("symbol table: names what dwfl_module_addrinfo names, in this binary, libc, libstdc++ and libdw")
-{
+TEST_CASE("symbol table: names what dwfl_module_addrinfo names, in this binary, libc, libstdc++ and libdw") {
     check_same_names(self_path());
     check_same_names(path_of(reinterpret_cast<const void*>(&malloc)));
     check_same_names(path_of(reinterpret_cast<const void*>(&std::terminate)));
     check_same_names(path_of(reinterpret_cast<const void*>(&dwfl_begin)));
 }
 
-TEST_CASE("symbol table: an address past every symbol, or in none, has no name")
-{
+TEST_CASE("symbol table: an address past every symbol, or in none, has no name") {
     Opened opened(self_path());
     heapsnap::SymbolTable table(opened.module);
     REQUIRE(table.size() > 100);

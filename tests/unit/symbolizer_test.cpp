@@ -19,6 +19,8 @@
 // GCC gives them a DW_AT_linkage_name, except file_local_helper().
 // always_inline is honoured at -O0 too, so the inline helpers leave
 // DW_TAG_inlined_subroutine entries in their callers.
+// The k...Line constants count the lines above them: left as laid out.
+// clang-format off
 namespace symbolizer_fixture {
 
 __attribute__((noinline)) uintptr_t return_address_here()
@@ -67,6 +69,7 @@ uintptr_t Widget::poke(int times)
 constexpr uint32_t kCallInPokeLine = __LINE__ - 2;
 
 }  // namespace symbolizer_fixture
+// clang-format on
 
 namespace {
 
@@ -77,16 +80,14 @@ struct LoadedModule {
     uintptr_t bias = 0;
 };
 
-std::string self_exe_path()
-{
+std::string self_exe_path() {
     char path[PATH_MAX];
     ssize_t length = readlink("/proc/self/exe", path, sizeof path - 1);
     REQUIRE(length > 0);
     return std::string(path, length);
 }
 
-std::string build_id_from_notes(const dl_phdr_info& info, const ElfW(Phdr)& note_segment)
-{
+std::string build_id_from_notes(const dl_phdr_info& info, const ElfW(Phdr) & note_segment) {
     const size_t align = note_segment.p_align == 8 ? 8 : 4;
     auto aligned = [align](size_t n) { return (n + align - 1) & ~(align - 1); };
     const char* note = reinterpret_cast<const char*>(info.dlpi_addr + note_segment.p_vaddr);
@@ -104,8 +105,7 @@ std::string build_id_from_notes(const dl_phdr_info& info, const ElfW(Phdr)& note
 
 // What the recorder would have recorded for the module holding `address`:
 // its path, load bias and in-memory build-id.
-LoadedModule loaded_module_containing(const void* address)
-{
+LoadedModule loaded_module_containing(const void* address) {
     struct Search {
         uintptr_t address;
         LoadedModule found;
@@ -121,8 +121,7 @@ LoadedModule loaded_module_containing(const void* address)
                 if (segment.p_type == PT_LOAD && search.address >= start && search.address < start + segment.p_memsz)
                     contains = true;
             }
-            if (!contains)
-                return 0;
+            if (!contains) return 0;
             search.found.bias = info->dlpi_addr;
             search.found.ref.path = info->dlpi_name;
             for (int i = 0; i < info->dlpi_phnum && search.found.ref.build_id.empty(); ++i)
@@ -140,13 +139,9 @@ LoadedModule loaded_module_containing(const void* address)
 
 // A return address as a stack walker records it, turned into what callers
 // of the Symbolizer pass: an ELF vaddr inside the call instruction.
-uint64_t call_vaddr(const LoadedModule& module, uintptr_t return_address)
-{
-    return return_address - module.bias - 1;
-}
+uint64_t call_vaddr(const LoadedModule& module, uintptr_t return_address) { return return_address - module.bias - 1; }
 
-std::string hex(const std::string& bytes)
-{
+std::string hex(const std::string& bytes) {
     std::string text;
     char digits[3];
     for (unsigned char byte : bytes) {
@@ -158,8 +153,7 @@ std::string hex(const std::string& bytes)
 
 // The library's own definition, not an interposer's (a sanitizer or a
 // preloaded heap tracer would win a lookup through RTLD_DEFAULT).
-void* symbol_in_loaded_library(const char* library, const char* symbol)
-{
+void* symbol_in_loaded_library(const char* library, const char* symbol) {
     void* handle = dlopen(library, RTLD_NOW | RTLD_NOLOAD);
     REQUIRE(handle);
     void* address = dlsym(handle, symbol);
@@ -167,8 +161,7 @@ void* symbol_in_loaded_library(const char* library, const char* symbol)
     return address;
 }
 
-bool has_separate_debuginfo(const std::string& build_id)
-{
+bool has_separate_debuginfo(const std::string& build_id) {
     std::string id = hex(build_id);
     std::string path = "/usr/lib/debug/.build-id/" + id.substr(0, 2) + "/" + id.substr(2) + ".debug";
     struct stat info;
@@ -177,8 +170,7 @@ bool has_separate_debuginfo(const std::string& build_id)
 
 }  // namespace
 
-TEST_CASE("symbolizer: inlined calls give the inlined callees, then the real function at the call site")
-{
+TEST_CASE("symbolizer: inlined calls give the inlined callees, then the real function at the call site") {
     uintptr_t return_address = outer_function();
     LoadedModule self = loaded_module_containing(reinterpret_cast<void*>(return_address));
     REQUIRE(!self.ref.build_id.empty());
@@ -209,8 +201,7 @@ TEST_CASE("symbolizer: inlined calls give the inlined callees, then the real fun
 // linkage and it has no symbol of its own, so only its bare DWARF name is
 // known; the real function around it still gets its full name from the
 // symbol table.
-TEST_CASE("symbolizer: an inlined static function is named by its bare DWARF name")
-{
+TEST_CASE("symbolizer: an inlined static function is named by its bare DWARF name") {
     uintptr_t return_address = calls_file_local_helper();
     LoadedModule self = loaded_module_containing(reinterpret_cast<void*>(return_address));
     heapsnap::Symbolizer symbolizer;
@@ -226,8 +217,7 @@ TEST_CASE("symbolizer: an inlined static function is named by its bare DWARF nam
     CHECK(frames[1].line == kCallOfFileLocalLine);
 }
 
-TEST_CASE("symbolizer: a plain call in a member function gives one frame with the full demangled name")
-{
+TEST_CASE("symbolizer: a plain call in a member function gives one frame with the full demangled name") {
     uintptr_t return_address = Widget().poke(1);
     LoadedModule self = loaded_module_containing(reinterpret_cast<void*>(return_address));
     heapsnap::Symbolizer symbolizer;
@@ -242,8 +232,7 @@ TEST_CASE("symbolizer: a plain call in a member function gives one frame with th
     CHECK(frames[0].line == kCallInPokeLine);
 }
 
-TEST_CASE("symbolizer: results are cached per module and address")
-{
+TEST_CASE("symbolizer: results are cached per module and address") {
     uintptr_t return_address = outer_function();
     LoadedModule self = loaded_module_containing(reinterpret_cast<void*>(return_address));
     heapsnap::Symbolizer symbolizer;
@@ -254,8 +243,7 @@ TEST_CASE("symbolizer: results are cached per module and address")
     CHECK(&first == &again);
 }
 
-TEST_CASE("symbolizer: a build-id mismatch gives module+offset and one warning for the module")
-{
+TEST_CASE("symbolizer: a build-id mismatch gives module+offset and one warning for the module") {
     uintptr_t return_address = outer_function();
     LoadedModule self = loaded_module_containing(reinterpret_cast<void*>(return_address));
     heapsnap::ModuleRef stale = self.ref;
@@ -273,11 +261,10 @@ TEST_CASE("symbolizer: a build-id mismatch gives module+offset and one warning f
     CHECK(frames[0].offset == call_vaddr(self, return_address));
     REQUIRE(symbolizer.warnings().size() == 1);
     CHECK(symbolizer.warnings()[0] == self.ref.path + ": build-id mismatch (recorded " + hex(stale.build_id) +
-                                           ", on disk " + hex(self.ref.build_id) + "): showing module+offset");
+                                          ", on disk " + hex(self.ref.build_id) + "): showing module+offset");
 }
 
-TEST_CASE("symbolizer: a missing file gives module+offset and one warning for the module")
-{
+TEST_CASE("symbolizer: a missing file gives module+offset and one warning for the module") {
     heapsnap::ModuleRef gone{"/nonexistent/heapsnap/libgone.so", ""};
     heapsnap::Symbolizer symbolizer;
 
@@ -293,8 +280,7 @@ TEST_CASE("symbolizer: a missing file gives module+offset and one warning for th
           "/nonexistent/heapsnap/libgone.so: cannot open: No such file or directory: showing module+offset");
 }
 
-TEST_CASE("symbolizer: an address outside every symbol gives module+offset, never a neighbour's name")
-{
+TEST_CASE("symbolizer: an address outside every symbol gives module+offset, never a neighbour's name") {
     LoadedModule self = loaded_module_containing(reinterpret_cast<void*>(&outer_function));
     heapsnap::Symbolizer symbolizer;
 
@@ -305,11 +291,11 @@ TEST_CASE("symbolizer: an address outside every symbol gives module+offset, neve
     CHECK(frames[0].function.empty());
     CHECK(frames[0].offset == 0);
     REQUIRE(symbolizer.warnings().size() == 1);
-    CHECK(symbolizer.warnings()[0] == self.ref.path + ": no symbol for some addresses (first 0x0): showing module+offset");
+    CHECK(symbolizer.warnings()[0] ==
+          self.ref.path + ": no symbol for some addresses (first 0x0): showing module+offset");
 }
 
-TEST_CASE("symbolizer: C++ names in a library are demangled with their parameter types")
-{
+TEST_CASE("symbolizer: C++ names in a library are demangled with their parameter types") {
     void* operator_new = symbol_in_loaded_library("libstdc++.so.6", "_Znwm");
     REQUIRE(operator_new);
     LoadedModule libstdcxx = loaded_module_containing(operator_new);
@@ -333,8 +319,7 @@ TEST_CASE("symbolizer: C++ names in a library are demangled with their parameter
 // libc's debug info is in a separate file found by build-id when libc6-dbg
 // is installed; without it the stripped libc still names its exported
 // symbols.
-TEST_CASE("symbolizer: libc is named from separate debug info or from its symbol table")
-{
+TEST_CASE("symbolizer: libc is named from separate debug info or from its symbol table") {
     void* malloc_entry = symbol_in_loaded_library("libc.so.6", "malloc");
     REQUIRE(malloc_entry);
     LoadedModule libc = loaded_module_containing(malloc_entry);

@@ -14,8 +14,10 @@ TEST_CASE("terminal_safe: control characters escaped, printable UTF-8 kept") {
     CHECK(terminal_safe(std::string("nul\0end", 7)) == "nul\\x00end");
     CHECK(terminal_safe("del\x7f") == "del\\x7f");
     // C1 controls (CSI is U+009B) and bidirectional overrides as \uXXXX.
-    CHECK(terminal_safe("\xc2\x9b" "31m") == "\\u009b31m");
-    CHECK(terminal_safe("\xe2\x80\xae" "evil") == "\\u202eevil");
+    CHECK(terminal_safe("\xc2\x9b"
+                        "31m") == "\\u009b31m");
+    CHECK(terminal_safe("\xe2\x80\xae"
+                        "evil") == "\\u202eevil");
     CHECK(terminal_safe("\xe2\x81\xa6x") == "\\u2066x");
     // Not UTF-8: each byte as \xHH; overlong forms and surrogates too.
     CHECK(terminal_safe("caf\xe9") == "caf\\xe9");

@@ -62,7 +62,8 @@ __attribute__((noinline)) std::vector<uint64_t> libunwind_stack() {
     int n = unw_backtrace(all, kMax);
     std::vector<uint64_t> stack;
     for (int i = 1; i < n; ++i)
-        if (all[i] < lib.dlfo_map_start || all[i] >= lib.dlfo_map_end) stack.push_back(reinterpret_cast<uint64_t>(all[i]));
+        if (all[i] < lib.dlfo_map_start || all[i] >= lib.dlfo_map_end)
+            stack.push_back(reinterpret_cast<uint64_t>(all[i]));
     return stack;
 }
 
@@ -404,7 +405,7 @@ TEST_CASE("unwind_stack reports what unw_backtrace reports, on random stacks of 
 }
 
 TEST_CASE("unwind_stack in signal handlers that interrupt random stacks anywhere") {
-    random_stacks(200);  // rules and caches in place before signals arrive
+    random_stacks(200);     // rules and caches in place before signals arrive
     g_leaf = Leaf::Unwind;  // the handler may interrupt our unwinder, never libunwind
     g_signal_tally = {};
     struct sigaction sa {};
@@ -556,7 +557,9 @@ TEST_CASE("unwind_stack_key below the stack's depth: the key of its first max fr
     // the memo, segments and the last stack's key must still be those of
     // the frames asked for.
     g_leaf = Leaf::CompareKeys;
-    for (int max : {24, 48}) check_keys_at_most(max, [] { random_stacks(1000); }, 2500);
+    for (int max : {24, 48})
+        check_keys_at_most(
+            max, [] { random_stacks(1000); }, 2500);
     g_key_max = kMax;
     g_keyed.clear();
     g_leaf = Leaf::Compare;
@@ -622,7 +625,12 @@ TEST_CASE("unwind_stack_key on stacks deeper than the cache") {
     };
     for (int max : {72, 150}) check_keys_at_most(max, deep_random, 400);
     // Two stacks of about 310 frames, the same but for the 13th.
-    check_keys_at_most(72, [] { for (int i = 0; i < 200; ++i) deep_base(290, next_random() % 2); }, 399);
+    check_keys_at_most(
+        72,
+        [] {
+            for (int i = 0; i < 200; ++i) deep_base(290, next_random() % 2);
+        },
+        399);
     CHECK(g_key_tally.checks == 400);
     CHECK(g_keyed.size() == 2);  // a stack per twin
     g_key_max = kMax;
@@ -841,7 +849,7 @@ TEST_CASE("unwind_stack and unwind_stack_key on more live threads than there are
 namespace {
 
 struct Crowd {
-    pthread_barrier_t walked;  // every thread owns a cache
+    pthread_barrier_t walked;   // every thread owns a cache
     pthread_barrier_t counted;  // the test has read the memory mapped
 };
 
