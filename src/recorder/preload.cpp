@@ -409,7 +409,9 @@ bool set_up_once() {
     order_publication_init();
     init_exe_path();
     // libunwind's default cache is global and locked: threads allocating at
-    // once would queue on it.
+    // once would queue on it. A libunwind built without per-thread caches
+    // (Debian 12's) takes this for UNW_CACHE_GLOBAL; the recorder's own
+    // unwinder keeps libunwind off the hot path either way.
     unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
     if (!watch_thread_exits(on_thread_exit)) return false;
     current_thread_index();  // the thread that starts the process (or attaches) is thread 0
