@@ -1,4 +1,4 @@
-"""heapsnap attach and detach (issue 45; docs/design/attach.md): a program
+"""heapsnap attach and detach (docs/design/attach.md): a program
 started without heapsnap is recorded from the moment of attach, exactly as
 under `heapsnap run`, and detach ends the log while the program runs on
 unchanged. Every refusal has its line and its exit status.
