@@ -332,7 +332,6 @@ public:
 
     pid_t pid() const { return pid_; }
     std::vector<Mapping>& maps() { return maps_; }
-    void reread_maps() { maps_ = read_maps(pid_); }
 
     // The file as the process sees it (its mount namespace).
     std::string file(const std::string& path) const { return "/proc/" + pid_text(pid_) + "/root" + path; }
@@ -346,6 +345,12 @@ public:
     void write(uint64_t addr, const void* data, size_t n) {
         if (pwrite(mem_, data, n, static_cast<off_t>(addr)) != static_cast<ssize_t>(n))
             throw Error("process " + pid_text(pid_) + ": cannot write its stack: " + strerror(errno));
+    }
+    std::optional<uint64_t> read_word(uint64_t addr) {
+        uint64_t word = 0;
+        if (pread(mem_, &word, sizeof word, static_cast<off_t>(addr)) != static_cast<ssize_t>(sizeof word))
+            return std::nullopt;
+        return word;
     }
     std::string read_string(uint64_t addr, size_t cap) {
         std::string buf(cap, '\0');
@@ -622,9 +627,11 @@ Injected inject_recorder(pid_t pid, const std::string& library,
                 std::string why = text ? target.read_string(text, 1024) : "";
                 throw Error(who + ": dlopen of the recorder failed" + (why.empty() ? "" : ": " + why));
             }
-            target.reread_maps();
-            std::optional<uint64_t> recorder_base = base_of(target.maps(), library);
-            if (!recorder_base) throw Error(who + ": the recorder is not mapped after its dlopen");
+            // dlopen's handle is the library's link_map, whose first field,
+            // l_addr, is where it was loaded: no second read of the maps,
+            // which a process busy in mmap makes slow, while the thread waits.
+            std::optional<uint64_t> recorder_base = target.read_word(handle);
+            if (!recorder_base) throw Error(who + ": the recorder's link map cannot be read after its dlopen");
             uint64_t result = thread.call(*recorder_base + *attach_at, data + settings_at, data + reply_at, kReplyBytes,
                                           call_sp, target);
             std::string reply = target.read_string(data + reply_at, kReplyBytes);
