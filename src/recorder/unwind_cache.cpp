@@ -349,6 +349,8 @@ void release_stack_cache() {
     PoolSlot& s = g_pool[u.owned - 1];
     u.owned = 0;
     s.owner_walking = false;
+    // Threads that exit at once may each count fewer than kSpareCaches
+    // and all keep theirs: a few more spares may stay, never fewer.
     uint32_t spares = 0;
     for (const PoolSlot& other : g_pool)
         spares += !other.busy.load(std::memory_order_relaxed) && other.cache.load(std::memory_order_relaxed);

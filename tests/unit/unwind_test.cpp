@@ -851,6 +851,10 @@ namespace {
 struct Crowd {
     pthread_barrier_t walked;   // every thread owns a cache
     pthread_barrier_t counted;  // the test has read the memory mapped
+    // Threads give their caches back one at a time: two that exit at
+    // once may each keep theirs as a spare (release_stack_cache), and the
+    // test counts exactly eight.
+    pthread_mutex_t releasing = PTHREAD_MUTEX_INITIALIZER;
 };
 
 // A thread as the recorder's: walks (taking a cache), checking each
@@ -860,11 +864,15 @@ void* crowd_member(void* arg) {
     Tally tally;
     for (int i = 0; i < 20; ++i) thread_recurse(1 + i % 3, tally);
     CHECK(tally.mismatches == 0);
-    if (crowd) {
-        pthread_barrier_wait(&crowd->walked);
-        pthread_barrier_wait(&crowd->counted);
+    if (!crowd) {
+        heapsnap::recorder::release_stack_cache();
+        return nullptr;
     }
+    pthread_barrier_wait(&crowd->walked);
+    pthread_barrier_wait(&crowd->counted);
+    pthread_mutex_lock(&crowd->releasing);
     heapsnap::recorder::release_stack_cache();
+    pthread_mutex_unlock(&crowd->releasing);
     return nullptr;
 }
 
