@@ -13,10 +13,9 @@ import os
 import re
 import signal
 import subprocess
-import threading
 
 from harness import main
-from test_servers import LOCALHOST, PYTHON, Redis, ServerTest, free_port, http_get, need, until
+from test_servers import LOCALHOST, PYTHON, Redis, ServerTest, fetch_concurrently, free_port, http_get, need, until
 
 ATTACHED = re.compile(r"^heapsnap: attached in \d+\.\d ms$")
 
@@ -61,22 +60,7 @@ class HttpServerAttachTest(AttachedServerTest):
     CLIENTS = 4
 
     def load(self, port):
-        failures = []
-
-        def client():
-            for _ in range(self.REQUESTS // self.CLIENTS):
-                try:
-                    got = http_get(port, "/data.bin")
-                except OSError as e:
-                    got = repr(e)
-                if got != ("HTTP/1.0 200 OK", self.BODY):
-                    failures.append(got if isinstance(got, str) else got[0])
-        threads = [threading.Thread(target=client) for _ in range(self.CLIENTS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        self.assertEqual(failures, [])
+        self.assertEqual(fetch_concurrently(port, "/data.bin", self.BODY, self.REQUESTS, self.CLIENTS), [])
 
     def test_attach_idle_then_serve(self):
         need(PYTHON, "python3")

@@ -154,6 +154,27 @@ def http_get(port, path):
     return head.split(b"\r\n")[0].decode(), body
 
 
+def fetch_concurrently(port, path, body, requests, clients):
+    """`requests` GETs of `path` from `clients` threads at once; the answers
+    that were not "200 OK" with `body` (their status line, or the error)."""
+    failures = []
+
+    def client():
+        for _ in range(requests // clients):
+            try:
+                got = http_get(port, path)
+            except OSError as e:
+                got = repr(e)
+            if got != ("HTTP/1.0 200 OK", body):
+                failures.append(got if isinstance(got, str) else got[0])
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return failures
+
+
 def answers(call):
     """call() or None if the server refused or closed the connection (not
     listening yet)."""
@@ -382,22 +403,7 @@ class HttpServerTest(ServerTest):
     def load(self, port):
         """BATCH requests of data.bin from CLIENTS threads at once; each gets
         the whole file."""
-        failures = []
-
-        def client():
-            for _ in range(self.BATCH // self.CLIENTS):
-                try:
-                    got = http_get(port, "/data.bin")
-                except OSError as e:
-                    got = repr(e)
-                if got != ("HTTP/1.0 200 OK", self.BODY):
-                    failures.append(got if isinstance(got, str) else got[0])
-        threads = [threading.Thread(target=client) for _ in range(self.CLIENTS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        self.assertEqual(failures, [])
+        self.assertEqual(fetch_concurrently(port, "/data.bin", self.BODY, self.BATCH, self.CLIENTS), [])
 
     def idle(self, pid):
         """Waits until every request thread has ended: only the main thread
