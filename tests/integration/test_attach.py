@@ -69,11 +69,9 @@ class AttachTest(HeapsnapTest):
         data = self.markers(log)
         return [(m["label"], m["cause"]) for m in data["markers"]], data
 
-    def test_growth_after_attach(self):
-        bare = Bare(self)
-        log = self.attach(bare.pid, "-o", self.path("t.%p.hslog"))
-        self.assertEqual(log, self.path("t.%d.hslog" % bare.pid))
-        self.assertIn(bare.pid, [row["pid"] for row in self.json_of("ps", "--format", "json")])
+    def grow_between_snapshots(self, bare):
+        """Snapshots A and B of an attached attach_target around `grow`;
+        asserts the exact growth of its two sites; returns the diff."""
         a = self.snapshot(str(bare.pid), "--label", "A", "-o", self.path("a.hsnap"))
         bare.send("grow", "grown")
         b = self.snapshot(str(bare.pid), "--label", "B", "-o", self.path("b.hsnap"))
@@ -81,6 +79,14 @@ class AttachTest(HeapsnapTest):
         self.assert_site(diff, "attach_grow", "attach_target.c", "attach_grow", 13500, 9, old_bytes=0)
         self.assert_site(diff, "attach_calloc", "attach_target.c", "attach_calloc", 3000, 3, old_bytes=0)
         self.assertEqual((diff["total"]["bytes_delta"], diff["total"]["blocks_delta"]), (16500, 12))
+        return diff
+
+    def test_growth_after_attach(self):
+        bare = Bare(self)
+        log = self.attach(bare.pid, "-o", self.path("t.%p.hslog"))
+        self.assertEqual(log, self.path("t.%d.hslog" % bare.pid))
+        self.assertIn(bare.pid, [row["pid"] for row in self.json_of("ps", "--format", "json")])
+        diff = self.grow_between_snapshots(bare)
         self.assert_no_recorder_frames(diff)
         self.detach(bare.pid, log)
         self.assertNotIn(bare.pid, [row["pid"] for row in self.json_of("ps", "--format", "json")])
@@ -154,13 +160,7 @@ class AttachTest(HeapsnapTest):
             self.assertRegex(symbols, r"\n\s*\d+: 0*[1-9a-f][0-9a-f]* +0 FUNC +GLOBAL DEFAULT +UND %s@" % name)
         bare = Bare(self, [exe])
         log = self.attach(bare.pid, "-o", self.path("nopie.hslog"))
-        a = self.snapshot(str(bare.pid), "--label", "A", "-o", self.path("a.hsnap"))
-        bare.send("grow", "grown")
-        b = self.snapshot(str(bare.pid), "--label", "B", "-o", self.path("b.hsnap"))
-        diff = self.diff(a, b)
-        self.assert_site(diff, "attach_grow", "attach_target.c", "attach_grow", 13500, 9, old_bytes=0)
-        self.assert_site(diff, "attach_calloc", "attach_target.c", "attach_calloc", 3000, 3, old_bytes=0)
-        self.assertEqual((diff["total"]["bytes_delta"], diff["total"]["blocks_delta"]), (16500, 12))
+        diff = self.grow_between_snapshots(bare)
         self.detach(bare.pid, log)
         bare.send("grow", "grown")
         self.assertEqual(bare.finish(), (3, ""))
