@@ -43,6 +43,7 @@
 #include "cli/recorder_settings.h"
 #include "cli/recording_settings.h"
 #include "format/hslog.h"
+#include "replay/checkpoint.h"
 #include "replay/keeper.h"
 #include "util/error.h"
 #include "util/read_budget.h"
@@ -92,8 +93,7 @@ constexpr auto kKeepEvery = std::chrono::seconds(1);
 class Keepers {
 public:
     explicit Keepers(std::string paths_file) : paths_file_(std::move(paths_file)) {
-        const char* off = std::getenv("HEAPSNAP_NO_CHECKPOINT");
-        if (off && *off && std::string(off) != "0") return;
+        if (!checkpoints_enabled()) return;
         thread_ = std::thread([this] { loop(); });
     }
     ~Keepers() { stop(); }

@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include "format/framed_file.h"
 #include "format/snapshot_file.h"
 #include "util/diagnostics.h"
@@ -97,6 +99,11 @@ Found look_at(const Place& place) {
 }  // namespace
 
 std::string checkpoint_path(const std::string& log) { return log + ".checkpoint"; }
+
+bool checkpoints_enabled() {
+    const char* off = std::getenv("HEAPSNAP_NO_CHECKPOINT");
+    return !(off && *off && std::string(off) != "0");
+}
 
 std::optional<Checkpoint> load_checkpoint(const LogFile& log) {
     std::optional<Place> place = place_of(log);

@@ -53,6 +53,10 @@ struct Checkpoint {
 
 std::string checkpoint_path(const std::string& log);
 
+// False when HEAPSNAP_NO_CHECKPOINT is set to anything but empty or "0":
+// checkpoints are then neither read nor written, nor kept by the launcher.
+bool checkpoints_enabled();
+
 // The checkpoint of `log`, if there is a valid one.
 std::optional<Checkpoint> load_checkpoint(const LogFile& log);
 

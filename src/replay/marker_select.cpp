@@ -202,11 +202,6 @@ std::string why_no_exit(const std::optional<EndRecord>& end, const ReadSummary& 
     return "the log ends at the process's exit without one";
 }
 
-bool checkpoints_enabled() {
-    const char* off = std::getenv("HEAPSNAP_NO_CHECKPOINT");
-    return !(off && *off && std::string(off) != "0");
-}
-
 }  // namespace
 
 Snapshot snapshot_at(const LogFile& log, const Moment& moment) {
