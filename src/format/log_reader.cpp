@@ -279,20 +279,7 @@ void read_process_head(codec::Reader& r, ProcessInfo& p) {
 
 MarkerRecord without_regions(const MarkerRecord& m) {
     MarkerRecord c;
-    c.time_ns = m.time_ns;
-    c.thread = m.thread;
-    c.index = m.index;
-    c.cause = m.cause;
-    c.label = m.label;
-    c.events = m.events;
-    c.unrecorded = m.unrecorded;
-    c.rss_kb = m.rss_kb;
-    c.threads = m.threads;
-    c.recorder_bytes = m.recorder_bytes;
-    c.has_malloc = m.has_malloc;
-    c.malloc = m.malloc;
-    c.has_allocator = m.has_allocator;
-    c.allocator = m.allocator;
+    static_cast<MarkerFields&>(c) = m;
     return c;
 }
 

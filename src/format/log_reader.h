@@ -137,8 +137,9 @@ struct MallocStats {
     uint64_t keepcost = 0;  // releasable top bytes
 };
 
-// A field added here is copied by without_regions() too.
-struct MarkerRecord {
+// What a marker says besides its address space: what readers keep of
+// every marker (without_regions).
+struct MarkerFields {
     uint64_t time_ns = 0;
     uint32_t thread = 0;
     uint32_t index = 0;  // 1-based, in order of writing
@@ -156,6 +157,9 @@ struct MarkerRecord {
     // never together with has_malloc.
     bool has_allocator = false;
     hslog::AllocatorStats allocator;
+};
+
+struct MarkerRecord : MarkerFields {
     std::vector<MapRegion> regions;
 };
 
