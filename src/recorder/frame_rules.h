@@ -10,12 +10,12 @@
 //   rbp  = unchanged, *(CFA + n) or *(rsp|rbp + n).
 // Anything else (another register as CFA base, DW_CFA_register, val rules,
 // other expressions, an object without .eh_frame_hdr) is Unsupported and
-// the caller unwinds that stack with libunwind instead, so an unusual frame
-// costs time, never a wrong frame. So is the signal trampoline: below it
-// lies a frame stopped at any instruction, not at a call, where compilers'
-// CFI is not always right (GCC's DRAP epilogues keep an rbp rule that reads
-// through the already restored rbp), and only libunwind checks each word
-// before it reads it. An undefined rip or rbp marks the outermost frame,
+// the caller steps that stack by every register's rule instead
+// (cfi_walk.h), so an unusual frame costs time, never a wrong frame. So is
+// the signal trampoline: below it lies a frame stopped at any instruction,
+// not at a call, where compilers' CFI is not always right (GCC's DRAP
+// epilogues keep an rbp rule that reads through the already restored
+// rbp), and only the full walk checks each word before it reads it. An undefined rip or rbp marks the outermost frame,
 // as libunwind's unw_step has it; so does a return address that no FDE
 // covers, where the frame's rbp is 0 (NoInfo: glibc's _dl_start_user,
 // below every shared library's constructors, which a program's startup

@@ -6,11 +6,11 @@
 //     ordering rule that makes cross-thread address reuse replay exactly
 //     (thread_buffer.h);
 //   - nothing is recorded while thread_state().internal is set: the
-//     recorder's own allocations (libunwind caches, pthread internals) are
+//     recorder's own allocations (pthread internals, HEAPSNAP_VERIFY_STACKS's libunwind) are
 //     not the program's. The exception is stack capture, which never
 //     allocates: an allocation then comes from a signal handler, and is
-//     recorded with its caller as a one-frame stack, because libunwind and
-//     the stack table cannot be re-entered (thread_buffer.h,
+//     recorded with its caller as a one-frame stack, because the unwinder's
+//     cache and the stack table cannot be re-entered (thread_buffer.h,
 //     kDeferredStack). A handler that interrupts any other part of a hook
 //     is recorded normally; the mmap family's hooks run with signals
 //     blocked, and a handler that leaves a malloc-family hook by
@@ -33,7 +33,6 @@
 #include <alloca.h>
 #include <dlfcn.h>
 #include <errno.h>
-#include <libunwind.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -129,7 +128,7 @@ bool is_bootstrap(const void* p) {
 }
 
 // The code of the allocator (the module that defines the real malloc) and
-// of libunwind: an anonymous mmap called from there while the thread is in
+// of libunwind (loaded for HEAPSNAP_VERIFY_STACKS only): an anonymous mmap called from there while the thread is in
 // the allocator or in a stack capture is theirs; one called from anywhere
 // else then is a signal handler's, and the program's.
 struct CodeRange {
@@ -207,10 +206,7 @@ __attribute__((noinline)) void resolve() {
     g_resolved.store(true, std::memory_order_release);
 }
 
-void find_code_ranges() {
-    g_allocator_code = code_of(reinterpret_cast<void*>(real.malloc));
-    g_unwinder_code = code_of(reinterpret_cast<void*>(&unw_backtrace));
-}
+void find_code_ranges() { g_allocator_code = code_of(reinterpret_cast<void*>(real.malloc)); }
 
 }  // namespace
 
@@ -331,13 +327,37 @@ bool define_program_frames(const uint64_t* ips, int n, uint64_t hash, uint32_t l
 // Slow: for tests and for doubt, never on by default.
 
 std::atomic<uint64_t> g_verified_stacks{0};
+
+}  // namespace
+
+void load_stack_reference() {
+    // Its loading allocates: the recorder's, not the program's.
+    SignalsBlocked blocked;
+    ThreadState& t = thread_state();
+    t.internal++;
+    bool loaded = load_reference_unwinder();
+    t.internal--;
+    if (!loaded) {
+        const char* why = dlerror();
+        diagnostic("verify-stacks: cannot load libunwind.so.8 (", why ? why : "no unw_backtrace",
+                   "); stacks are not checked");
+        return;
+    }
+    // Its caches' mappings, made during a capture, are the recorder's (owner_of).
+    g_unwinder_code = code_of(reference_unwinder());
+}
+
+namespace {
+
 std::atomic<uint64_t> g_differing_stacks{0};
 
 // The id of libunwind's stack of the hook's caller, at most `max` frames
 // of the program.
 __attribute__((noinline)) uint32_t libunwind_stack_id(int max) {
     uint64_t theirs[kMaxDepth + 8];
-    uint32_t kept = kept_frames(libunwind_program_stack(theirs, max));
+    int n = libunwind_program_stack(theirs, max);
+    if (n < 0) return 0;  // not loaded (yet): not checked
+    uint32_t kept = kept_frames(n);
     return intern_stack(theirs, kept, stack_hash(theirs, kept));
 }
 
@@ -360,7 +380,9 @@ __attribute__((always_inline)) inline uint32_t capture_stack(const void* hook_fr
     uint32_t stack = unwind_stack_key(ips, max, keyer, hook_frame);
     if (__builtin_expect(config().verify_stacks, 0) && hook_frame && expected) {
         uint32_t theirs = libunwind_stack_id(max);
-        if (is_local_key(stack))
+        if (!theirs)
+            ;  // the reference is not loaded yet
+        else if (is_local_key(stack))
             *expected = theirs;
         else
             note_stack_verified(stack == theirs);

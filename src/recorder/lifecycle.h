@@ -41,7 +41,12 @@ bool ensure_initialized();
 // CLOCK_MONOTONIC at recorder start: event times count from here.
 uint64_t start_time_ns();
 
-// HEAPSNAP_VERIFY_STACKS: counts a stack checked against libunwind's (by
+// HEAPSNAP_VERIFY_STACKS: loads libunwind, the reference every stack is
+// checked against, as the recorder starts (its first hook, or heapsnap
+// attach's call); stacks captured before are not checked. One line on
+// stderr if it cannot.
+void load_stack_reference();
+// Counts a stack checked against libunwind's (by
 // the hook, or by the writer where the stack had a local key).
 void note_stack_verified(bool same);
 // Prints how many of the stacks this process captured were checked

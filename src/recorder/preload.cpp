@@ -26,9 +26,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-// Local unwinding only: the _UL* entry points of libunwind.
-#define UNW_LOCAL_ONLY
-#include <libunwind.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -378,7 +375,7 @@ void on_quick_exit() { before_underscore_exit(); }
 // handle, so that no __cxa_finalize runs it early: it runs after all of
 // them, and the exit marker counts every free the process makes on its
 // way out. After _dl_fini nothing the log needs is gone: the recorder has
-// no static destructors, libzstd and libunwind none that matter, and the
+// no static destructors, libzstd none that matter, and the
 // writer thread still runs.
 bool g_exit_handler = false;
 
@@ -408,11 +405,6 @@ bool set_up_once() {
     set_spin_rounds();
     order_publication_init();
     init_exe_path();
-    // libunwind's default cache is global and locked: threads allocating at
-    // once would queue on it. A libunwind built without per-thread caches
-    // (Debian 12's) takes this for UNW_CACHE_GLOBAL; the recorder's own
-    // unwinder keeps libunwind off the hot path either way.
-    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
     if (!watch_thread_exits(on_thread_exit)) return false;
     current_thread_index();  // the thread that starts the process (or attaches) is thread 0
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
@@ -432,6 +424,7 @@ bool initialize() {
     g_start_ns = now_ns();
     g_owner = getpid();
     if (!set_up_once()) return false;
+    if (g_config.verify_stacks) load_stack_reference();
     {
         LockGuard guard(metadata_lock());
         rescan_modules(true);
@@ -505,6 +498,7 @@ AttachStart start_attached(char** settings) {
     t.internal--;
     g_state.store(ok ? Active : Detached, std::memory_order_release);
     if (!ok) return AttachStart::Failed;
+    if (config().verify_stacks) load_stack_reference();
     writer_start_thread();
     steering_mark_start();
     return AttachStart::Started;

@@ -1,7 +1,6 @@
 #include "recorder/unwind.h"
 
 #include <dlfcn.h>
-#include <libunwind.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -9,6 +8,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "recorder/cfi_walk.h"
 #include "recorder/lifecycle.h"
 #include "recorder/stack_table.h"
 #include "recorder/thread_state.h"
@@ -102,13 +102,8 @@ OwnRange own_range() {
 // ---- walking ---------------------------------------------------------------------
 
 // A stack with a frame our rules do not cover, without our own frames.
-__attribute__((noinline)) int libunwind_stack(uint64_t* ips, int max, OwnRange own) {
-    void* all[kMaxFrames];
-    int n = unw_backtrace(all, max);
-    int count = 0;
-    for (int i = 0; i < n; ++i)
-        if (!own.holds(reinterpret_cast<uint64_t>(all[i]))) ips[count++] = reinterpret_cast<uint64_t>(all[i]);
-    return count;
+__attribute__((noinline)) int full_cfi_stack(uint64_t* ips, int max, OwnRange own) {
+    return cfi_walk_stack(ips, max, own.start, own.end);
 }
 
 struct Walked {
@@ -142,7 +137,7 @@ struct Walked {
 // broken link is stepped afresh and the walk goes on, matching again
 // further out (a leaf called from a different caller rejoins the old stack
 // one frame further up). A frame no rule covers sends the whole stack to
-// libunwind.
+// the full CFI walk (cfi_walk.h).
 Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prefetch_intern)(uint64_t hash) = nullptr,
             int limit = 0, const FrameRule* first_rule = nullptr) {
     const uint64_t first_ip = f.ip;  // first_rule, if given, is its rule
@@ -214,7 +209,7 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prefetch_inte
             walk_rule(first_rule && f.ip == first_ip ? *first_rule : rule_for(c, f.ip - 1), f, first_sp);
         if (rule.kind == FrameRule::Unsupported) {
             if (walked >= max) break;  // past what ips holds: the cache keeps the stack cut here
-            return Walked{libunwind_stack(ips, max, own), false, false, 0};
+            return Walked{full_cfi_stack(ips, max, own), false, false, 0};
         }
         bool is_own = own.holds(f.ip);
         ++walked;
@@ -403,13 +398,41 @@ void prefetch_stack_key(const void* from) {
     give_back(b);
 }
 
+namespace {
+
+// HEAPSNAP_VERIFY_STACKS's reference, loaded only then: libunwind is a
+// TLS module, which would make every thread the program creates allocate
+// 16 bytes more (its DTV's entry).
+using Backtrace = int (*)(void**, int);
+std::atomic<Backtrace> g_reference{nullptr};
+
+}  // namespace
+
+bool load_reference_unwinder() {
+    void* handle = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+    auto backtrace = handle ? reinterpret_cast<Backtrace>(dlsym(handle, "unw_backtrace")) : nullptr;
+    if (backtrace) {
+        // Once now, outside any capture: libunwind sets itself up on its
+        // first call (and allocates then), which would otherwise be inside
+        // a hook's capture, where an allocation is the program's.
+        void* frames[4];
+        backtrace(frames, 4);
+    }
+    g_reference.store(backtrace, std::memory_order_release);
+    return backtrace != nullptr;
+}
+
+const void* reference_unwinder() { return reinterpret_cast<const void*>(g_reference.load(std::memory_order_acquire)); }
+
 __attribute__((noinline)) int libunwind_program_stack(uint64_t* ips, int max) {
     // Room for the recorder's frames above the program's.
     constexpr int kOwnRoom = 32;
+    const Backtrace backtrace = g_reference.load(std::memory_order_acquire);
+    if (!backtrace) return -1;
     if (max > kMaxFrames) max = kMaxFrames;
     const OwnRange own = own_range();
     void* all[kMaxFrames + kOwnRoom];
-    int n = unw_backtrace(all, max + kOwnRoom);
+    int n = backtrace(all, max + kOwnRoom);
     int count = 0;
     for (int i = 0; i < n && count < max; ++i)
         if (!own.holds(reinterpret_cast<uint64_t>(all[i]))) ips[count++] = reinterpret_cast<uint64_t>(all[i]);

@@ -1,11 +1,12 @@
 // The stack of the calling thread, for the recorder's hooks: return
 // addresses, innermost first, exactly those libunwind's unw_backtrace
-// reports, without the frames of the recorder itself. A thread that owns
-// a stack cache hands the stacks it walks to the writer under a local key
-// (below) instead of interning them. How it is done and why:
-// docs/design/stack-capture.md; the parts: unwind_step.h (one step),
-// unwind_cache.h (the per-thread caches and their pool),
-// unwind_segments.h (segments), unwind.cpp (the walk).
+// reports, without loading libunwind, and without the frames of the
+// recorder itself. A thread that owns a stack cache hands the stacks it
+// walks to the writer under a local key (below) instead of interning them.
+// How it is done and why: docs/design/stack-capture.md; the parts:
+// unwind_step.h (one step), unwind_cache.h (the per-thread caches and
+// their pool), unwind_segments.h (segments), unwind.cpp (the walk),
+// cfi_walk.h (stacks the walk's rules do not cover).
 #pragma once
 
 #include <cstdint>
@@ -106,10 +107,17 @@ void prefetch_stack_key(const void* from);
 // user's choice and not what auto picks.
 int walk_frame_pointers(uint64_t* ips, int max, uint64_t top);
 
+// HEAPSNAP_VERIFY_STACKS's reference unwinder: libunwind's unw_backtrace,
+// loaded by load_reference_unwinder (a dlopen, from the recorder's start);
+// false if it cannot be loaded. reference_unwinder: its unw_backtrace,
+// null until loaded.
+bool load_reference_unwinder();
+const void* reference_unwinder();
+
 // unw_backtrace's stack of the calling thread without the recorder's
 // frames: its first `max` frames of the program (the recorder's above them
-// do not count, as they do not for unwind_stack_key from a hook). Slow:
-// for HEAPSNAP_VERIFY_STACKS.
+// do not count, as they do not for unwind_stack_key from a hook); -1 where
+// the reference unwinder is not loaded. Slow: for HEAPSNAP_VERIFY_STACKS.
 int libunwind_program_stack(uint64_t* ips, int max);
 
 // Ages the local keys of the stack cache the calling thread owns as

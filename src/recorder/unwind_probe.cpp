@@ -1,12 +1,13 @@
-// libunwind's memory check, without a descriptor.
+// libunwind's memory check, without a descriptor: for HEAPSNAP_VERIFY_STACKS,
+// the one mode that loads libunwind (unwind.h, load_reference_unwinder).
 //
 // libunwind (1.6, x86-64; Debian builds it with conservative checks)
 // checks that memory is readable before it reads it while stepping:
 // mincore, then a write(2) of one byte from the address into a pipe it
 // opens as it starts (pipe2), read back before the next check. That pipe
-// took descriptors 3 and 4 in every recorded process, where the program's
+// would take descriptors 3 and 4 in the program, where the program's
 // first open expects 3; and a program that put a file of its own on one
-// of those numbers had libunwind's byte written into it, or its data read.
+// of those numbers would have libunwind's byte written into it, or its data read.
 //
 // Here libunwind's pipe2 gets two numbers no descriptor ever has (above
 // the largest descriptor table the kernel allows, fs.nr_open's ceiling),
@@ -23,7 +24,8 @@
 #include <stdint.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#include <libunwind.h>
+
+#include "recorder/unwind.h"
 
 #define HEAPSNAP_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -38,7 +40,8 @@ bool from_libunwind(const void* caller) {
     static const void* unwinder_map = nullptr;
     dl_find_object found;
     if (!unwinder_map) {
-        if (_dl_find_object(reinterpret_cast<void*>(&unw_backtrace), &found) != 0) return false;
+        const void* reference = heapsnap::recorder::reference_unwinder();
+        if (!reference || _dl_find_object(const_cast<void*>(reference), &found) != 0) return false;
         unwinder_map = found.dlfo_link_map;
     }
     return _dl_find_object(const_cast<void*>(caller), &found) == 0 && found.dlfo_link_map == unwinder_map;

@@ -84,9 +84,10 @@ bool readable(uint64_t first_sp, uint64_t from, uint64_t to);
 // with kGuessedRule where all that step reads, rbp's 16 bytes, is known to
 // be mapped: on the page of the frame's return-address slot below sp
 // (f.sp - 8, which the callee's call wrote), or within what is readable
-// from the walk's first frame (at `first_sp`). The rest goes to libunwind
-// (kLibunwindRule). So JIT code without CFI that keeps rbp chains (node's
-// V8) is walked here, not handed to libunwind stack by stack.
+// from the walk's first frame (at `first_sp`). The rest goes to the full
+// CFI walk (kFullWalkRule; cfi_walk.h), which checks each read. So JIT
+// code without CFI that keeps rbp chains (node's V8) is walked here, not
+// handed on stack by stack.
 // One difference in kind: libunwind's trace cache decides for an address
 // once, the first time its thread meets it, and keeps that decision for
 // the frames met there later, whatever their rbp; the walk decides per
@@ -94,13 +95,13 @@ bool readable(uint64_t first_sp, uint64_t from, uint64_t to);
 // frame again: bp_matters).
 inline constexpr FrameRule kGuessedRule{
     FrameRule::Step, FrameRule::Rbp, false, FrameRule::Cfa, FrameRule::Cfa, 16, -8, -16};
-inline constexpr FrameRule kLibunwindRule{
+inline constexpr FrameRule kFullWalkRule{
     FrameRule::Unsupported, FrameRule::Rsp, false, FrameRule::Cfa, FrameRule::Same, 0, 0, 0};
 
 inline const FrameRule& walk_rule(const FrameRule& r, const Frame& f, uint64_t first_sp) {
     if (r.kind != FrameRule::NoInfo || f.bp == 0 || f.bp < f.sp || f.bp - f.sp > 0x4000) return r;
     if ((f.bp + 15) >> 12 == (f.sp - 8) >> 12) return kGuessedRule;
-    return readable(first_sp, f.sp, f.bp + 16) ? kGuessedRule : kLibunwindRule;
+    return readable(first_sp, f.sp, f.bp + 16) ? kGuessedRule : kFullWalkRule;
 }
 
 // A frame with this rule is the stack's last. A NoInfo frame is walked as

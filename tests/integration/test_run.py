@@ -254,12 +254,13 @@ class RunTest(HeapsnapTest):
         self.assertEqual(lines, ["heapsnap: verify-stacks: 200 stacks checked, 0 differ from libunwind",
                                  "heapsnap: stacks interned: 2 by the writer, 1 in the program's threads"], stderr)
 
-    def test_constructor_stacks_end_without_libunwind(self):
+    def test_constructor_stacks_end_without_the_full_walk(self):
         # ctor_host's library allocates 100 times in its constructor, which
         # ld.so calls from _dl_start_user: no FDE covers it, and its rbp is
         # 0, where libunwind ends the stack. The walk ends it there too: one
         # stack, the thread's first (before its ring), and no stack handed
-        # to libunwind, which made each of the 100 a stack of its own
+        # to the full CFI walk (to libunwind, before), which made each of
+        # the 100 a stack of its own
         # ("0 by the writer, 100 in the program's threads").
         lines, stderr = self.stack_report([program("ctor_host")], verify=True)
         self.assertEqual(lines, ["heapsnap: verify-stacks: 100 stacks checked, 0 differ from libunwind",
@@ -277,10 +278,10 @@ class RunTest(HeapsnapTest):
         # rbp the same way, on every one of these stacks (or within a
         # page). In the other two rbp holds data (1) or lies 0x5000 above
         # sp, as in a JVM's compiled code, and libunwind ends the stack
-        # there; so does the walk. No stack goes to libunwind: the main
+        # there; so does the walk. No stack goes to the full CFI walk: the main
         # thread's first stack is interned in the thread (the others start
         # with a ring), every other walk by the writer. While all such
-        # frames went to libunwind: "28 by the writer, 4047 in the program's
+        # frames went to libunwind (the full walk now): "28 by the writer, 4047 in the program's
         # threads"; while only the main thread's stack was known, the
         # two-page thunk's stacks on the threads went there (403), and
         # before the program's own stack was, on that thread (213).

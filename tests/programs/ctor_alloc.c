@@ -2,7 +2,7 @@
  * 100 blocks of 32 bytes at one place (@site:ctor_alloc). ld.so runs it at
  * startup from _dl_start_user, code no FDE covers, where libunwind ends the
  * stack because rbp is 0: the recorder's walk must end it there too,
- * without handing the stack to libunwind (src/recorder/frame_rules.h,
+ * without handing the stack to the full CFI walk (src/recorder/frame_rules.h,
  * NoInfo). ctor_host links it.
  */
 #include <stdlib.h>
