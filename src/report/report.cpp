@@ -48,7 +48,10 @@ std::vector<ReportSite> collect_sites(const Snapshot& snap, const ReportOptions&
         bool fresh = false;
         size_t at = index.find_or_add(key_ids, e.kind, &fresh);
         if (fresh) {
-            budget_take_memory(frames.size() * (kSymbolFrameBytes + 2 * sizeof(uint32_t)), "call sites");
+            // Its frames are pointers into StackSymbols' table, which
+            // charged each distinct frame once.
+            budget_take_memory(sizeof(ReportSite) + frames.size() * (sizeof(uint32_t) + sizeof(const SymbolFrame*)),
+                               "call sites");
             ReportSite& site = sites.emplace_back();
             site.kind = e.kind;
             site.frames = symbols.list(frames);

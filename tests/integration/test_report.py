@@ -398,5 +398,30 @@ class ReportTest(TrendProgramTest):
         self.assertIn("    3        50    48.8 KiB  leak_request  trend.c:%d  (trend)" % site_line(SRC, "leak_request"), text)
 
 
+class ManySitesTest(HeapsnapTest):
+    def test_report_of_many_deep_sites_within_the_default_budget(self):
+        # many_sites: 8192 live blocks, each at the end of a call chain of
+        # its own, 64 frames deep, from a log of some 100 KB (the read
+        # budget's floor, 192 MiB, applies). The report holds each site's
+        # frames as pointers into one table of distinct frames; while it was
+        # charged as if each site copied its frames, the default budget
+        # refused this log ("needs more than 192.0 MiB of memory (call
+        # sites)"), and a compiler's genuine exit the same way.
+        log = self.path("m.hslog")
+        self.assertEqual(self.single_log("many_sites", options=("-o", log)), log)
+        data = self.json_of("report", log, "--format", "json", "--top", "0")
+        leaf = site_line("many_sites.c", "many_sites_leaf")
+        deep = [s for s in data["sites_by_bytes"] if s["frames"][0]["line"] == leaf]
+        self.assertEqual(len(deep), 8192)
+        self.assertEqual({(s["bytes"], s["blocks"]) for s in deep}, {(16, 1)})
+        self.assertEqual({s["frames"][0]["function"] for s in deep}, {"descend"})
+        # 129 frames below main, cut at the default depth; the last 32
+        # levels still hold all 13 bits of a path.
+        self.assertEqual({len(s["frames"]) for s in deep}, {64})
+        # The same sites as CSV, and the text report's header line.
+        rows = list(csv.reader(io.StringIO(self.heapsnap("report", log, "--format", "csv", "--top", "0").stdout)))
+        self.assertEqual(len(rows) - 1, len(data["sites_by_bytes"]))
+
+
 if __name__ == "__main__":
     main()
