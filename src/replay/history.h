@@ -39,7 +39,8 @@ struct LogHistory {
 LogHistory replay_history(const std::string& log, const Snapshot& moment);
 
 // The same for a moment at a marker (exit, N, a label), from one pass that
-// also takes the moment's snapshot (snapshot_at's) into `snapshot`. Nothing
+// also takes the moment's snapshot (snapshot_at's) into `snapshot`, whose
+// stacks are left to the history's `stacks` (not copied per entry). Nothing
 // for other moments, or when the log has no such marker (snapshot_at says
 // why).
 std::optional<LogHistory> replay_history_to_marker(const std::string& log, const Moment& moment, Snapshot& snapshot);

@@ -239,14 +239,7 @@ void Replay::load_state(codec::Reader& r) {
     }
 }
 
-Snapshot Replay::snapshot(const MarkerRecord& marker, bool has_marker_data) const {
-    // A command keeps its snapshots to the end (a trend keeps one per
-    // marker): charged for good, before anything is copied.
-    uint64_t held = marker.regions.size() * sizeof(MapRegion);
-    for (uint32_t id = 0; id < per_stack_.size(); ++id)
-        if (per_stack_[id].blocks || per_stack_[id].mmap_regions)
-            held += 2 * sizeof(SnapshotEntry) + kSnapshotStackBytes + stacks_.depth(id) * sizeof(StackFrame);
-    budget_take_memory(held, "snapshots");
+Snapshot Replay::snapshot_header(const MarkerRecord& marker, bool has_marker_data) const {
     Snapshot s;
     s.process = process_;
     s.marker = marker;
@@ -254,6 +247,19 @@ Snapshot Replay::snapshot(const MarkerRecord& marker, bool has_marker_data) cons
     s.totals = totals_;
     for (const auto& [id, m] : modules_) s.modules.push_back(m);
     for (const auto& [index, t] : threads_) s.threads.push_back(t);
+    return s;
+}
+
+Snapshot Replay::snapshot(const MarkerRecord& marker, bool has_marker_data, bool with_stacks) const {
+    // A command keeps its snapshots to the end (a trend keeps one per
+    // marker): charged for good, before anything is copied.
+    uint64_t held = marker.regions.size() * sizeof(MapRegion);
+    for (uint32_t id = 0; id < per_stack_.size(); ++id)
+        if (per_stack_[id].blocks || per_stack_[id].mmap_regions)
+            held += 2 * sizeof(SnapshotEntry) +
+                    (with_stacks ? kSnapshotStackBytes + stacks_.depth(id) * sizeof(StackFrame) : 0);
+    budget_take_memory(held, "snapshots");
+    Snapshot s = snapshot_header(marker, has_marker_data);
 
     // Age of the live blocks per stack: one pass over the live set, which a
     // snapshot at every marker makes again and again (util/read_budget.h).
@@ -282,7 +288,7 @@ Snapshot Replay::snapshot(const MarkerRecord& marker, bool has_marker_data) cons
         if (t.mmap_regions)
             s.entries.push_back(SnapshotEntry{id, EntryKind::Mmap, t.mmap_bytes, t.mmap_regions,
                                               since_start(map_age[id].oldest), since_start(map_age[id].newest)});
-        if (t.blocks || t.mmap_regions) s.stacks[id] = stacks_.copy(id);
+        if (with_stacks && (t.blocks || t.mmap_regions)) s.stacks[id] = stacks_.copy(id);
     }
 
     // What the recorder knows that /proc does not: which regions hold live
@@ -433,7 +439,7 @@ void HistoryReplay::on_munmap(const MunmapEvent& e) {
 
 void HistoryReplay::on_marker(const MarkerRecord& m) {
     if (!wanted_ || at_marker_ || !wanted_(m)) return;
-    at_marker_ = snapshot(m, true);
+    at_marker_ = snapshot(m, true, false);  // its stacks: stack_table(), which the history keeps
     request_stop();
 }
 
@@ -451,9 +457,13 @@ Snapshot HistoryReplay::peak(bool with_stacks) const {
     MarkerRecord m;
     m.time_ns = peak_time_ns_;
     m.label = "peak";
-    Snapshot s = snapshot(m, false);
-    s.entries.clear();
-    s.stacks.clear();
+    uint64_t held = 0;  // charged as snapshot() charges its copies
+    for (uint32_t id = 0; id < at_peak_.size(); ++id)
+        if (at_peak_[id].blocks)
+            held += sizeof(SnapshotEntry) +
+                    (with_stacks ? kSnapshotStackBytes + stack_table().depth(id) * sizeof(StackFrame) : 0);
+    budget_take_memory(held, "snapshots");
+    Snapshot s = snapshot_header(m, false);
     s.totals.live_bytes = peak_bytes_;
     s.totals.live_blocks = peak_blocks_;
     s.totals.mmap_bytes = 0;

@@ -106,8 +106,12 @@ public:
     const SnapshotTotals& totals() const { return totals_; }
     uint64_t last_time_ns() const { return last_time_ns_; }
 
-    // The live state now, as a snapshot taken at `marker`.
-    Snapshot snapshot(const MarkerRecord& marker, bool has_marker_data) const;
+    // The live state now, as a snapshot taken at `marker`; without
+    // `with_stacks`, the entries' stacks are left to stack_table().
+    Snapshot snapshot(const MarkerRecord& marker, bool has_marker_data, bool with_stacks = true) const;
+    // The snapshot without entries and stacks: process, moment, totals,
+    // modules, threads.
+    Snapshot snapshot_header(const MarkerRecord& marker, bool has_marker_data) const;
 
     // The whole state, for a checkpoint (replay/checkpoint.h); it takes
     // fewer bytes than the tables hold (varints), at most this many.

@@ -244,7 +244,8 @@ Report build_report(const Snapshot& moment, const LogHistory* history, const Rep
                     Symbolizer& symbolizer) {
     Report r;
     r.at_ns = since_start(moment, moment.marker.time_ns);
-    r.sites = collect_sites(moment, options, symbolizer, true, history ? &history->activity : nullptr);
+    r.sites = collect_sites(moment, options, symbolizer, true, history ? &history->activity : nullptr,
+                            history ? history->stacks.get() : nullptr);
     r.functions = group_sites(r.sites, GroupKind::Function);
     r.modules = group_sites(r.sites, GroupKind::Module);
     sort_by_bytes(r.sites);
