@@ -17,13 +17,6 @@
 namespace heapsnap::cli {
 namespace {
 
-std::string hex(std::string_view bytes) {
-    if (bytes.empty()) return "-";
-    std::string out;
-    for (unsigned char c : bytes) out += fmt::format("{:02x}", c);
-    return out;
-}
-
 bool is_control(char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }
 
 // What quoted() writes between its quotes; `comma` escaped too (\x2c)
@@ -96,7 +89,8 @@ public:
     }
     void on_module_load(const ModuleRecord& m) override {
         line(fmt::format("module id={} t={} bias={:#x} start={:#x} end={:#x} build_id={} path={}", m.id,
-                         secs(start_ + m.time_ns), m.load_bias, m.start, m.end, hex(m.build_id), field_text(m.path)));
+                         secs(start_ + m.time_ns), m.load_bias, m.start, m.end,
+                         m.build_id.empty() ? "-" : hex_of(m.build_id), field_text(m.path)));
     }
     void on_module_unload(uint32_t module, uint64_t t) override {
         line(fmt::format("module-unload id={} t={}", module, secs(start_ + t)));

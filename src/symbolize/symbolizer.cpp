@@ -23,6 +23,7 @@
 #include <utility>
 
 #include "symbolize/symbol_table.h"
+#include "util/text.h"
 
 namespace heapsnap {
 
@@ -58,16 +59,6 @@ std::string demangle(const char* name) {
     std::string result = demangled;
     std::free(demangled);
     return result;
-}
-
-std::string to_hex(const std::string& bytes) {
-    std::string hex;
-    char digits[3];
-    for (unsigned char byte : bytes) {
-        std::snprintf(digits, sizeof digits, "%02x", byte);
-        hex += digits;
-    }
-    return hex;
 }
 
 // libdw already joins a file with its directory entry, and the first entry
@@ -320,8 +311,8 @@ bool Symbolizer::Impl::build_id_matches(const ModuleRef& ref, Dwfl_Module* elf) 
     int length = dwfl_module_build_id(elf, &bits, &note_vaddr);
     std::string on_disk = length > 0 ? std::string(reinterpret_cast<const char*>(bits), length) : "";
     if (on_disk == ref.build_id) return true;
-    warnings.push_back(ref.path + ": build-id mismatch (recorded " + to_hex(ref.build_id) + ", on disk " +
-                       (on_disk.empty() ? "none" : to_hex(on_disk)) + ")" + kFallbackNote);
+    warnings.push_back(ref.path + ": build-id mismatch (recorded " + hex_of(ref.build_id) + ", on disk " +
+                       (on_disk.empty() ? "none" : hex_of(on_disk)) + ")" + kFallbackNote);
     return false;
 }
 

@@ -74,4 +74,10 @@ std::string csv_field(std::string_view text) {
     return quoted + "\"";
 }
 
+std::string hex_of(std::string_view bytes) {
+    std::string out;
+    for (unsigned char c : bytes) out += fmt::format("{:02x}", c);
+    return out;
+}
+
 }  // namespace heapsnap

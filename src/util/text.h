@@ -23,4 +23,7 @@ std::string terminal_safe(std::string_view text);
 // double quotes doubled, if it holds a comma or a double quote.
 std::string csv_field(std::string_view text);
 
+// Raw bytes (a build-id) as lowercase hex, two digits a byte.
+std::string hex_of(std::string_view bytes);
+
 }  // namespace heapsnap

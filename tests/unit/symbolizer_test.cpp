@@ -15,6 +15,8 @@
 #include <cstdio>
 #include <string>
 
+#include "util/text.h"
+
 // Functions with known names and lines to symbolize. External linkage, so
 // GCC gives them a DW_AT_linkage_name, except file_local_helper().
 // always_inline is honoured at -O0 too, so the inline helpers leave
@@ -141,16 +143,6 @@ LoadedModule loaded_module_containing(const void* address) {
 // of the Symbolizer pass: an ELF vaddr inside the call instruction.
 uint64_t call_vaddr(const LoadedModule& module, uintptr_t return_address) { return return_address - module.bias - 1; }
 
-std::string hex(const std::string& bytes) {
-    std::string text;
-    char digits[3];
-    for (unsigned char byte : bytes) {
-        std::snprintf(digits, sizeof digits, "%02x", byte);
-        text += digits;
-    }
-    return text;
-}
-
 // The library's own definition, not an interposer's (a sanitizer or a
 // preloaded heap tracer would win a lookup through RTLD_DEFAULT).
 void* symbol_in_loaded_library(const char* library, const char* symbol) {
@@ -162,7 +154,7 @@ void* symbol_in_loaded_library(const char* library, const char* symbol) {
 }
 
 bool has_separate_debuginfo(const std::string& build_id) {
-    std::string id = hex(build_id);
+    std::string id = heapsnap::hex_of(build_id);
     std::string path = "/usr/lib/debug/.build-id/" + id.substr(0, 2) + "/" + id.substr(2) + ".debug";
     struct stat info;
     return stat(path.c_str(), &info) == 0;
@@ -260,8 +252,9 @@ TEST_CASE("symbolizer: a build-id mismatch gives module+offset and one warning f
     CHECK(frames[0].module == self.ref.path);
     CHECK(frames[0].offset == call_vaddr(self, return_address));
     REQUIRE(symbolizer.warnings().size() == 1);
-    CHECK(symbolizer.warnings()[0] == self.ref.path + ": build-id mismatch (recorded " + hex(stale.build_id) +
-                                          ", on disk " + hex(self.ref.build_id) + "): showing module+offset");
+    CHECK(symbolizer.warnings()[0] == self.ref.path + ": build-id mismatch (recorded " +
+                                          heapsnap::hex_of(stale.build_id) + ", on disk " +
+                                          heapsnap::hex_of(self.ref.build_id) + "): showing module+offset");
 }
 
 TEST_CASE("symbolizer: a missing file gives module+offset and one warning for the module") {
