@@ -25,6 +25,7 @@
 #include "report/flame.h"
 #include "report/render.h"
 #include "report/trend.h"
+#include "symbolize/symbol_cache.h"
 #include "util/error.h"
 #include "util/human.h"
 
@@ -126,7 +127,7 @@ int run_trend(const DiffCliOptions& o) {
     }
     if (moments.size() < 2) throw Error(o.old_arg + " has only one marker; a trend needs at least two moments");
     auto options = selection_of<TrendOptions>(o);
-    Symbolizer symbolizer;
+    Symbolizer symbolizer(symbol_cache_dir_from_environment());
     TrendResult result = trend(moments, options, symbolizer);
     for (const std::string& w : result.warnings) warn(w);
     bool color = color_wanted(o.color);
@@ -174,7 +175,7 @@ int run_diff(const DiffCliOptions& o) {
     Snapshot a = load_moment(o.old_arg);
     Snapshot b = load_moment(o.new_arg);
     auto options = selection_of<DiffOptions>(o);
-    Symbolizer symbolizer;
+    Symbolizer symbolizer(symbol_cache_dir_from_environment());
     DiffResult result = diff(a, b, options, symbolizer);
     for (const std::string& w : result.warnings) warn(w);
     bool color = color_wanted(o.color);

@@ -18,6 +18,7 @@
 #include "report/flame.h"
 #include "report/render.h"
 #include "report/report.h"
+#include "symbolize/symbol_cache.h"
 #include "util/error.h"
 #include "util/files.h"
 #include "util/human.h"
@@ -82,7 +83,7 @@ int run_report(const ReportCliOptions& o) {
             throw Error("--exclude '" + re + "': bad regular expression: " + e.what());
         }
     }
-    Symbolizer symbolizer;
+    Symbolizer symbolizer(symbol_cache_dir_from_environment());
     Report report = build_report(moment, history ? &*history : nullptr, options, symbolizer);
     for (const std::string& w : report.warnings) warn(w);
 

@@ -22,6 +22,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "symbolize/debug_sources.h"
+#include "symbolize/symbol_cache.h"
 #include "symbolize/symbol_table.h"
 #include "util/text.h"
 
@@ -250,13 +252,20 @@ std::string dwfl_error() {
 
 struct Symbolizer::Impl {
     struct Module {
+        bool opened = false;  // open() ran: libdwfl was asked
         DwflHandle dwfl;
         Dwfl_Module* elf = nullptr;          // null: unusable, every address is module+offset
         std::optional<SymbolTable> symbols;  // of elf
+        FileIdentity file;                   // the module file as opened
         bool warned_no_symbol = false;
         std::unordered_map<uint64_t, std::vector<SymbolFrame>> frames_by_vaddr;
+        // The cache's frames and this run's lookups, to be written back
+        // when `looked_up` says there are new ones.
+        std::optional<ModuleSymbols> cached;
+        bool looked_up = false;
     };
 
+    std::optional<SymbolCache> cache;
     std::map<std::pair<std::string, std::string>, Module> modules;
     std::vector<std::string> warnings;
 
@@ -264,17 +273,20 @@ struct Symbolizer::Impl {
     void open(const ModuleRef& ref, Module& module);
     bool build_id_matches(const ModuleRef& ref, Dwfl_Module* elf);
     std::vector<SymbolFrame> lookup(const ModuleRef& ref, Module& module, uint64_t vaddr);
+    void save_cache();
 };
 
+// A module the cache answers for is opened only when an address misses.
 Symbolizer::Impl::Module& Symbolizer::Impl::module_for(const ModuleRef& ref) {
     auto [it, inserted] = modules.try_emplace({ref.path, ref.build_id});
-    if (inserted) open(ref, it->second);
+    if (inserted && cache) it->second.cached = cache->load(ref);
     return it->second;
 }
 
 // Base 0 and no p_vaddr adjustment: the module's addresses are the ELF
 // file's own vaddrs, which is what callers pass.
 void Symbolizer::Impl::open(const ModuleRef& ref, Module& module) {
+    module.opened = true;
     module.dwfl.reset(dwfl_begin(&kOfflineCallbacks));
     if (!module.dwfl) {
         warnings.push_back(ref.path + ": cannot start libdwfl: " + dwfl_error() + kFallbackNote);
@@ -291,6 +303,7 @@ void Symbolizer::Impl::open(const ModuleRef& ref, Module& module) {
         warnings.push_back(ref.path + ": cannot open: " + why + kFallbackNote);
         return;
     }
+    module.file = identity_of(fd, ref.path);
     Dwfl_Module* elf = dwfl_report_elf(module.dwfl.get(), ref.path.c_str(), ref.path.c_str(), fd, 0, false);
     if (!elf) {
         ::close(fd);  // libdwfl takes the descriptor only when it succeeds
@@ -316,10 +329,22 @@ bool Symbolizer::Impl::build_id_matches(const ModuleRef& ref, Dwfl_Module* elf) 
     return false;
 }
 
+// From the cache, or from libdwfl (then kept for the cache, if the
+// module's build-id was recorded and matched). Either way, the first
+// address without a name is reported once.
 std::vector<SymbolFrame> Symbolizer::Impl::lookup(const ModuleRef& ref, Module& module, uint64_t vaddr) {
-    std::vector<SymbolFrame> frames =
-        module.elf ? resolve(module.elf, *module.symbols, vaddr) : std::vector<SymbolFrame>(1);
-    if (module.elf && frames.back().function.empty() && !module.warned_no_symbol) {
+    std::vector<SymbolFrame> frames;
+    bool named_by_module = true;
+    if (!module.cached || !module.cached->find(vaddr, frames)) {
+        if (!module.opened) open(ref, module);
+        named_by_module = module.elf != nullptr;
+        frames = module.elf ? resolve(module.elf, *module.symbols, vaddr) : std::vector<SymbolFrame>(1);
+        if (cache && module.elf && !ref.build_id.empty()) {
+            if (!module.cached) module.cached.emplace();
+            module.looked_up |= module.cached->add(vaddr, frames);
+        }
+    }
+    if (named_by_module && frames.back().function.empty() && !module.warned_no_symbol) {
         module.warned_no_symbol = true;
         char first[32];
         std::snprintf(first, sizeof first, "0x%llx", static_cast<unsigned long long>(vaddr));
@@ -332,9 +357,30 @@ std::vector<SymbolFrame> Symbolizer::Impl::lookup(const ModuleRef& ref, Module& 
     return frames;
 }
 
+void Symbolizer::Impl::save_cache() {
+    for (auto& [key, module] : modules) {
+        if (!module.looked_up) continue;
+        Dwarf_Addr bias = 0;
+        module.cached->has_dwarf = dwfl_module_getdwarf(module.elf, &bias) != nullptr;
+        module.cached->sources = debug_sources(module.elf, module.file);
+        cache->save(ModuleRef{key.first, key.second}, *module.cached);
+    }
+}
+
 Symbolizer::Symbolizer() : impl_(std::make_unique<Impl>()) {}
 
-Symbolizer::~Symbolizer() = default;
+Symbolizer::Symbolizer(const std::string& cache_dir) : Symbolizer() {
+    if (!cache_dir.empty()) impl_->cache.emplace(cache_dir);
+}
+
+Symbolizer::~Symbolizer() {
+    if (!impl_->cache) return;
+    try {
+        impl_->save_cache();
+    } catch (const std::exception&) {
+        // A cache that cannot be written costs speed, not results.
+    }
+}
 
 const std::vector<SymbolFrame>& Symbolizer::symbolize(const ModuleRef& module, uint64_t vaddr) {
     Impl::Module& state = impl_->module_for(module);

@@ -36,7 +36,9 @@
 //   long)" is recognisable in a report.
 //
 // - Results are cached per (module, vaddr): the same few thousand return
-//   addresses appear in millions of recorded stacks.
+//   addresses appear in millions of recorded stacks. With a cache
+//   directory they are also kept on disk per build-id (symbol_cache.h),
+//   and a module whose every address is found there is never opened.
 //
 // - ELF symbols are looked up in a table sorted by address, built once per
 //   module (symbol_table.h), not with dwfl_module_addrinfo, which scans the
@@ -80,7 +82,11 @@ struct SymbolFrame {
 
 class Symbolizer {
 public:
+    // Without a persistent cache.
     Symbolizer();
+    // With the symbol cache in `cache_dir` (symbol_cache.h; empty: none),
+    // written back when the Symbolizer goes.
+    explicit Symbolizer(const std::string& cache_dir);
     ~Symbolizer();
     Symbolizer(const Symbolizer&) = delete;
     Symbolizer& operator=(const Symbolizer&) = delete;

@@ -5,6 +5,7 @@
 #include "symbolize/symbolizer.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <link.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,8 +14,11 @@
 
 #include <climits>
 #include <cstdio>
+#include <filesystem>
 #include <string>
+#include <vector>
 
+#include "temp_dir.h"
 #include "util/text.h"
 
 // Functions with known names and lines to symbolize. External linkage, so
@@ -151,6 +155,28 @@ void* symbol_in_loaded_library(const char* library, const char* symbol) {
     void* address = dlsym(handle, symbol);
     dlclose(handle);
     return address;
+}
+
+// Overwrites the file with zeros in place: the same inode, size and
+// modification time, so only a reader of its bytes can tell.
+void zero_in_place(const std::string& path) {
+    int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    struct stat st;
+    REQUIRE(fstat(fd, &st) == 0);
+    std::vector<char> zeros(static_cast<size_t>(st.st_size));
+    REQUIRE(pwrite(fd, zeros.data(), zeros.size(), 0) == st.st_size);
+    const struct timespec times[2] = {st.st_atim, st.st_mtim};
+    REQUIRE(futimens(fd, times) == 0);
+    close(fd);
+}
+
+std::vector<std::string> described(const std::vector<heapsnap::SymbolFrame>& frames) {
+    std::vector<std::string> text;
+    for (const auto& f : frames)
+        text.push_back(f.function + "|" + f.file + "|" + std::to_string(f.line) + "|" + std::to_string(f.inlined) +
+                       "|" + f.module + "|" + std::to_string(f.offset));
+    return text;
 }
 
 bool has_separate_debuginfo(const std::string& build_id) {
@@ -334,4 +360,77 @@ TEST_CASE("symbolizer: libc is named from separate debug info or from its symbol
         CHECK(frames[0].line == 0);
     }
     CHECK(symbolizer.warnings().empty());
+}
+
+// The cache is tested on a copy of this test binary, which can be damaged
+// after the first run to show that the second never reads it: the copy,
+// the address of a call in outer_function() in it, and a cache directory.
+struct CopyOfSelf {
+    heapsnap::test::TempDir dir;
+    uintptr_t return_address = outer_function();
+    LoadedModule self = loaded_module_containing(reinterpret_cast<void*>(return_address));
+    heapsnap::ModuleRef copy{dir.path + "/copy", self.ref.build_id};
+    uint64_t vaddr = call_vaddr(self, return_address);
+    std::string cache = dir.path + "/cache";
+
+    CopyOfSelf() { std::filesystem::copy_file(self.ref.path, copy.path); }
+};
+
+TEST_CASE("symbolizer: with a cache, a second run gives the same frames and warnings without opening the module") {
+    CopyOfSelf c;
+    std::vector<std::string> first;
+    std::vector<std::string> warnings;
+    {
+        heapsnap::Symbolizer symbolizer(c.cache);
+        first = described(symbolizer.symbolize(c.copy, c.vaddr));
+        symbolizer.symbolize(c.copy, 0);
+        warnings = symbolizer.warnings();
+    }
+    REQUIRE(first.size() == 3);
+    CHECK(first[2].starts_with("symbolizer_fixture::outer_function()|/"));
+    CHECK(warnings ==
+          std::vector<std::string>{c.copy.path + ": no symbol for some addresses (first 0x0): showing module+offset"});
+    struct stat st;
+    REQUIRE(stat(c.cache.c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0700);
+    zero_in_place(c.copy.path);
+
+    heapsnap::Symbolizer cached(c.cache);
+    CHECK(described(cached.symbolize(c.copy, c.vaddr)) == first);
+    cached.symbolize(c.copy, 0);
+    CHECK(cached.warnings() == warnings);
+    heapsnap::Symbolizer uncached;
+    CHECK(uncached.symbolize(c.copy, c.vaddr).back().function.empty());
+    REQUIRE(uncached.warnings().size() == 1);
+    CHECK(uncached.warnings()[0] == c.copy.path + ": cannot open: not a valid ELF file: showing module+offset");
+}
+
+TEST_CASE("symbolizer: a module file replaced since it was cached is opened again") {
+    CopyOfSelf c;
+    { heapsnap::Symbolizer(c.cache).symbolize(c.copy, c.vaddr); }
+    // Another file at the path (another inode): its build-id is checked.
+    std::filesystem::remove(c.copy.path);
+    std::filesystem::copy_file("/bin/sh", c.copy.path);
+
+    heapsnap::Symbolizer symbolizer(c.cache);
+    const auto& frames = symbolizer.symbolize(c.copy, c.vaddr);
+
+    REQUIRE(frames.size() == 1);
+    CHECK(frames[0].function.empty());
+    REQUIRE(symbolizer.warnings().size() == 1);
+    CHECK(symbolizer.warnings()[0].starts_with(c.copy.path + ": build-id mismatch (recorded " +
+                                               heapsnap::hex_of(c.copy.build_id)));
+}
+
+TEST_CASE("symbolizer: only a module whose recorded build-id matched is cached") {
+    CopyOfSelf c;
+    heapsnap::ModuleRef unknown{c.copy.path, ""};
+    heapsnap::ModuleRef stale = c.copy;
+    stale.build_id[0] = static_cast<char>(stale.build_id[0] ^ 0xff);
+    {
+        heapsnap::Symbolizer symbolizer(c.cache);
+        symbolizer.symbolize(unknown, c.vaddr);
+        symbolizer.symbolize(stale, c.vaddr);
+    }
+    CHECK(std::filesystem::is_empty(c.cache));
 }
