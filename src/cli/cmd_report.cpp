@@ -36,15 +36,6 @@ struct ReportCliOptions {
     std::string color = "auto";
 };
 
-bool has_log_magic(const std::string& path) {
-    char head[sizeof hslog::kMagic];
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    ssize_t n = read(fd, head, sizeof head);
-    close(fd);
-    return n == static_cast<ssize_t>(sizeof head) && std::memcmp(head, hslog::kMagic, sizeof head) == 0;
-}
-
 int run_report(const ReportCliOptions& o) {
     // What the target is: a snapshot, LOG@MARKER, or a log (its exit).
     std::string log, moment_text;
