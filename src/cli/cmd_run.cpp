@@ -13,18 +13,19 @@
 //
 // While it waits, a thread of the launcher keeps the logs' checkpoints
 // current (replay/keeper.h), so that `heapsnap snapshot PID` of a program
-// that has run for days reads seconds of events, not days. It starts
-// after kKeepAfter, so a short program is not slowed by it, runs at nice
-// 10, and stays away from logs it could not have written itself (another
-// user's, after a privilege drop) and from HEAPSNAP_NO_CHECKPOINT.
+// that has run for days reads a fraction of a second of events, not days.
+// It starts after kKeepAfter, so a short program is not slowed by it, then
+// follows the logs every kKeepEvery at the program's own priority (at nice
+// 10 it fell seconds behind a program that kept both CPUs busy), and stays
+// away from logs it could not have written itself (another user's, after
+// a privilege drop) and from HEAPSNAP_NO_CHECKPOINT.
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -86,10 +87,22 @@ bool is_set_id(const std::string& program) {
 pid_t g_child = -1;
 
 constexpr auto kKeepAfter = std::chrono::seconds(5);
-constexpr auto kKeepEvery = std::chrono::seconds(1);
+constexpr auto kKeepEvery = std::chrono::milliseconds(100);
 
-// The checkpoint keeper's thread: until stop(), every kKeepEvery (from
-// kKeepAfter on), refreshes a keeper per log listed in `paths_file`.
+// Whether the process that writes `log` still runs; false if the log
+// cannot be read.
+bool writer_running(const std::string& log) {
+    uint64_t wide = log_writer_pid(log);
+    auto pid = static_cast<pid_t>(wide);
+    return pid > 0 && static_cast<uint64_t>(pid) == wide && (kill(pid, 0) == 0 || errno == EPERM);
+}
+
+// The checkpoint keeper's thread: until stop(), every kKeepEvery,
+// refreshes a keeper per log listed in `paths_file`. A log is kept once
+// it has been listed for kKeepAfter, or as soon as a snapshot has left a
+// checkpoint of it (a program someone snapshots is likely snapshotted
+// again), and only while its process runs: the many short processes of a
+// build are never read, nor their logs once they have ended.
 class Keepers {
 public:
     explicit Keepers(std::string paths_file) : paths_file_(std::move(paths_file)) {
@@ -109,25 +122,29 @@ public:
 
 private:
     void loop() {
-        setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
         budget_lift();
-        auto next = std::chrono::steady_clock::now() + kKeepAfter;
+        auto next = std::chrono::steady_clock::now() + kKeepEvery;
         std::unique_lock<std::mutex> lock(mutex_);
         while (!wake_.wait_until(lock, next, [this] { return stopping_; })) {
             lock.unlock();
             round();
             lock.lock();
-            next = std::chrono::steady_clock::now() + kKeepEvery;
+            // Every kKeepEvery, or at once after a round that took longer.
+            next = std::max(next + kKeepEvery, std::chrono::steady_clock::now());
         }
     }
 
     void round() {
+        auto now = std::chrono::steady_clock::now();
         std::ifstream paths(paths_file_);
         for (std::string line; std::getline(paths, line);) {
             if (line.empty() || keepers_.count(line)) continue;
+            auto listed = listed_.try_emplace(line, now).first;
             struct stat st;
+            if (now - listed->second < kKeepAfter && stat(checkpoint_path(line).c_str(), &st) != 0) continue;
+            listed_.erase(listed);
             bool ours = stat(line.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid();
-            keepers_.emplace(line, ours ? std::make_unique<CheckpointKeeper>(line) : nullptr);
+            keepers_.emplace(line, ours && writer_running(line) ? std::make_unique<CheckpointKeeper>(line) : nullptr);
         }
         for (auto& [path, keeper] : keepers_) {
             if (!keeper) continue;
@@ -147,7 +164,8 @@ private:
     }
 
     std::string paths_file_;
-    std::map<std::string, std::unique_ptr<CheckpointKeeper>> keepers_;  // null: not kept
+    std::map<std::string, std::unique_ptr<CheckpointKeeper>> keepers_;     // null: not kept
+    std::map<std::string, std::chrono::steady_clock::time_point> listed_;  // not kept yet: since when listed
     std::mutex mutex_;
     std::condition_variable wake_;
     bool stopping_ = false;

@@ -154,17 +154,17 @@ std::optional<Checkpoint> load_checkpoint(const LogFile& log) {
     }
 }
 
-void save_checkpoint(const LogFile& log, const StreamPosition& position, const std::vector<MarkerRecord>& markers,
-                     const Replay& replay) {
+std::optional<FileStamp> save_checkpoint(const LogFile& log, const StreamPosition& position,
+                                         const std::vector<MarkerRecord>& markers, const Replay& replay) {
     std::optional<Place> place = place_of(log);
-    if (!place || look_at(*place) == Found::Untrusted) return;
+    if (!place || look_at(*place) == Found::Untrusted) return std::nullopt;
     // The state, then its compressed copy: a cache not worth more memory
     // than the read budget has left (util/read_budget.h).
     MemoryCharge held;
     try {
         held.take(2 * replay.state_bytes_bound(), "the checkpoint");
     } catch (const BudgetExceeded&) {
-        return;
+        return std::nullopt;
     }
     ByteBuffer o;
     o.varint(fingerprint(log));
@@ -188,11 +188,18 @@ void save_checkpoint(const LogFile& log, const StreamPosition& position, const s
     for (const MarkerRecord& m : markers) put_marker(o, m, false);
     replay.save_state(o);
     try {
-        write_file_atomically_at(place->dir.get(), place->name, encode_framed(place->shown, kCheckpointKind, o.bytes()),
-                                 place->shown);
+        return write_file_atomically_at(place->dir.get(), place->name,
+                                        encode_framed(place->shown, kCheckpointKind, o.bytes()), place->shown);
     } catch (const Error&) {
-        // A cache that cannot be written costs speed, not results.
+        return std::nullopt;  // a cache that cannot be written costs speed, not results
     }
+}
+
+std::optional<FileStamp> checkpoint_stamp(const LogFile& log) {
+    std::optional<Place> place = place_of(log);
+    struct stat st;
+    if (!place || fstatat(place->dir.get(), place->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return std::nullopt;
+    return stamp_of(st);
 }
 
 }  // namespace heapsnap

@@ -33,6 +33,7 @@
 
 #include "format/log_reader.h"
 #include "replay/replay.h"
+#include "util/files.h"
 
 namespace heapsnap {
 
@@ -60,8 +61,14 @@ bool checkpoints_enabled();
 // The checkpoint of `log`, if there is a valid one.
 std::optional<Checkpoint> load_checkpoint(const LogFile& log);
 
-// Best effort: failures to write are ignored.
-void save_checkpoint(const LogFile& log, const StreamPosition& position, const std::vector<MarkerRecord>& markers,
-                     const Replay& replay);
+// Best effort: failures to write are ignored. The stamp of the file
+// written, if one was.
+std::optional<FileStamp> save_checkpoint(const LogFile& log, const StreamPosition& position,
+                                         const std::vector<MarkerRecord>& markers, const Replay& replay);
+
+// The stamp of the file at the checkpoint's name now (never followed
+// if it is a symlink); nullopt if there is none or the log has no place
+// for one.
+std::optional<FileStamp> checkpoint_stamp(const LogFile& log);
 
 }  // namespace heapsnap

@@ -86,8 +86,13 @@ std::vector<uint8_t> read_open_file(int fd, const std::string& shown) { return r
 
 std::vector<uint8_t> read_file(const std::string& path) { return read_all(open_regular_file(path).get(), path); }
 
-void write_file_atomically_at(int dir, const std::string& name, const std::vector<uint8_t>& data,
-                              const std::string& shown) {
+FileStamp stamp_of(const struct stat& st) {
+    return FileStamp{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+                     static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+}
+
+FileStamp write_file_atomically_at(int dir, const std::string& name, const std::vector<uint8_t>& data,
+                                   const std::string& shown) {
     std::random_device entropy;
     std::string tmp;
     int fd = -1;
@@ -109,11 +114,14 @@ void write_file_atomically_at(int dir, const std::string& name, const std::vecto
         }
         done += static_cast<size_t>(w);
     }
-    if (close(fd) != 0 || renameat(dir, tmp.c_str(), dir, name.c_str()) != 0) {
+    struct stat st {};
+    bool known = fstat(fd, &st) == 0;
+    if (close(fd) != 0 || !known || renameat(dir, tmp.c_str(), dir, name.c_str()) != 0) {
         int err = errno;
         unlinkat(dir, tmp.c_str(), 0);
         throw Error(shown + ": " + std::strerror(err));
     }
+    return stamp_of(st);
 }
 
 void write_file_atomically(const std::string& path, const std::vector<uint8_t>& data) {

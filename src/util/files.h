@@ -3,6 +3,7 @@
 // exposing a half-written file).
 #pragma once
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -55,12 +56,24 @@ std::vector<uint8_t> read_file(const std::string& path);
 // file; `shown` names it in messages.
 std::vector<uint8_t> read_open_file(int fd, const std::string& shown);
 
+// Which file a name held when it was looked at. A file written anew and
+// renamed over the name (write_file_atomically) has another inode than
+// the one it replaced, which lived until the rename.
+struct FileStamp {
+    uint64_t device = 0;
+    uint64_t inode = 0;
+    int64_t mtime_ns = 0;
+    bool operator==(const FileStamp&) const = default;
+};
+FileStamp stamp_of(const struct stat& st);
+
 // Writes `data` to a fresh temporary file next to `path` (O_EXCL, 0600),
 // then renames it over `path`. Throws heapsnap::Error.
 void write_file_atomically(const std::string& path, const std::vector<uint8_t>& data);
 // The same for `name` in the directory `dir`: a directory renamed or
-// replaced by a symlink meanwhile does not redirect the write.
-void write_file_atomically_at(int dir, const std::string& name, const std::vector<uint8_t>& data,
-                              const std::string& shown);
+// replaced by a symlink meanwhile does not redirect the write. Returns
+// the stamp of the file written.
+FileStamp write_file_atomically_at(int dir, const std::string& name, const std::vector<uint8_t>& data,
+                                   const std::string& shown);
 
 }  // namespace heapsnap
