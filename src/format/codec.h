@@ -11,6 +11,7 @@
 // because every decoder here faces truncated or hostile files.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -88,6 +89,8 @@ public:
         // Most fields are one byte; replay reads hundreds of millions.
         if (pos_ < end_ && !(*pos_ & 0x80)) [[likely]]
             return *pos_++;
+        if (remaining() >= 8) [[likely]]
+            if (uint64_t v; short_varint(v)) return v;
         uint64_t v = 0;
         for (int shift = 0; shift < 64; shift += 7) {
             if (pos_ >= end_) return fail();
@@ -140,10 +143,77 @@ public:
         return ok_ ? n : 0;
     }
 
+    // Steps over `n` varints, as many varint() calls would, without their
+    // values: a Stack record's frames, which the replay keeps as they are.
+    // Eight bytes at a time where eight are left: a byte whose top bit is
+    // clear ends a varint, so a word's last bytes are counted with one
+    // multiplication, and a varint may not go on for more than kMaxVarint bytes
+    // (`run`: its bytes so far, across words).
+    void skip_varints(uint64_t n) {
+        constexpr uint64_t kTops = 0x8080808080808080ull;
+        uint64_t run = 0;
+        if constexpr (std::endian::native == std::endian::little) {
+            while (n && remaining() >= 8) {
+                uint64_t x;
+                std::memcpy(&x, pos_, 8);
+                uint64_t last = ~x & kTops;
+                if (!last) {
+                    run += 8;
+                    if (run >= kMaxVarint) break;  // the bytewise loop fails it
+                    pos_ += 8;
+                    continue;
+                }
+                if (run + static_cast<uint64_t>(std::countr_zero(last)) / 8 >= kMaxVarint) break;
+                uint64_t ends = ((last >> 7) * 0x0101010101010101ull) >> 56;  // a popcount without POPCNT
+                if (ends >= n) {
+                    for (uint64_t i = 1; i < n; ++i) last &= last - 1;  // the n-th end is the lowest left
+                    pos_ += std::countr_zero(last) / 8 + 1;
+                    return;
+                }
+                n -= ends;
+                run = 7 - static_cast<uint64_t>(63 - std::countl_zero(last)) / 8;  // bytes after the last end
+                pos_ += 8;
+            }
+        }
+        while (n) {
+            if (pos_ >= end_ || run == kMaxVarint) {
+                fail();
+                return;
+            }
+            if (*pos_++ & 0x80) {
+                run++;
+            } else {
+                run = 0;
+                n--;
+            }
+        }
+    }
+
     // Marks the input corrupt (a field decoded but its value is impossible).
     void invalidate() { fail(); }
 
 private:
+    // A varint of 2 to 8 bytes without a loop or a branch per byte (the
+    // stack frames' addresses, 3 to 5 bytes each): the eight bytes at pos_
+    // as one little-endian word, the length from the first byte whose top
+    // bit is clear, then the 7-bit groups of that many bytes packed
+    // together in three steps. False, with nothing read, for a longer one;
+    // the caller has checked that eight bytes are there.
+    bool short_varint(uint64_t& v) {
+        if constexpr (std::endian::native != std::endian::little) return false;
+        uint64_t x;
+        std::memcpy(&x, pos_, 8);
+        uint64_t last = ~x & 0x8080808080808080ull;
+        if (!last) return false;
+        int bits = std::countr_zero(last) + 1;  // through the top bit of the last byte
+        if (bits < 64) x &= (uint64_t{1} << bits) - 1;
+        x = ((x & 0x7f007f007f007f00ull) >> 1) | (x & 0x007f007f007f007full);
+        x = ((x & 0x3fff00003fff0000ull) >> 2) | (x & 0x00003fff00003fffull);
+        x = ((x & 0x0fffffff00000000ull) >> 4) | (x & 0x000000000fffffffull);
+        v = x;
+        pos_ += bits / 8;
+        return true;
+    }
     uint8_t fail() {
         ok_ = false;
         pos_ = end_;

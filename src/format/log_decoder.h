@@ -131,7 +131,6 @@ private:
     void process(codec::Reader& r, LogVisitor& visitor);
     void marker(codec::Reader& r, LogVisitor& visitor);
 
-    std::vector<StackFrame> frames_;
     std::vector<bool> stack_defined_;  // by id
 };
 

@@ -96,6 +96,21 @@ private:
 
 }  // namespace
 
+void decode_stack_frames(uint32_t count, std::span<const uint8_t> frames, std::vector<StackFrame>& out) {
+    codec::Reader r(frames.data(), frames.size());
+    out.resize(count);
+    for (StackFrame& f : out) {
+        f.module = static_cast<uint32_t>(r.varint());
+        f.vaddr = r.varint();
+    }
+}
+
+void LogVisitor::on_stack_record(uint32_t stack, uint32_t count, std::span<const uint8_t> frames) {
+    std::vector<StackFrame> decoded;
+    decode_stack_frames(count, frames, decoded);
+    on_stack(stack, decoded);
+}
+
 void RecordStream::corrupt(uint64_t offset, const std::string& what) const {
     throw Error(path_ + ": corrupt log: " + what + " in the frame at byte " + std::to_string(offset));
 }
@@ -144,17 +159,14 @@ void RecordStream::record(hslog::Tag tag, codec::Reader& r, LogVisitor& visitor)
             if (r.ok() && id >= stack_defined_.size())
                 stack_defined_.resize(std::max<size_t>(id + 1, 2 * stack_defined_.size()));
             if (r.ok() && stack_defined_[id]) r.invalidate();
-            uint64_t n = r.count(2, hslog::kMaxStackFrames);
-            frames_.resize(n);
-            for (auto& f : frames_) {
-                f.module = static_cast<uint32_t>(r.varint());
-                f.vaddr = r.varint();
-            }
+            auto n = static_cast<uint32_t>(r.count(2, hslog::kMaxStackFrames));
+            const uint8_t* frames = r.position();
+            r.skip_varints(2 * uint64_t{n});  // module and address of each
             if (!r.ok()) return;
             stack_defined_[id] = true;
             stacks_++;
             max_stack_ = std::max(max_stack_, id);
-            visitor.on_stack(id, frames_);
+            visitor.on_stack_record(id, n, std::span<const uint8_t>(frames, r.position()));
             return;
         }
         case Tag::ThreadStart: {

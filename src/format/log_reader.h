@@ -197,6 +197,11 @@ public:
     virtual void on_module_load(const ModuleRecord&) {}
     virtual void on_module_unload(uint32_t /*module*/, uint64_t /*time_ns*/) {}
     virtual void on_stack(uint32_t /*stack*/, std::span<const StackFrame> /*frames*/) {}
+    // A Stack record's `count` frames as the log encodes them, each its
+    // module id and its address as varints (formats/hslog.md, Stack),
+    // checked well formed. By default decoded for on_stack; the replay
+    // keeps them as they are (replay/stacks.h).
+    virtual void on_stack_record(uint32_t stack, uint32_t count, std::span<const uint8_t> frames);
     virtual void on_thread_start(const ThreadStartRecord&) {}
     virtual void on_thread_exit(uint32_t /*thread*/, uint64_t /*time_ns*/) {}
     virtual void on_alloc(const AllocEvent&) {}
@@ -214,6 +219,9 @@ public:
 private:
     bool stop_ = false;
 };
+
+// The frames of a Stack record (LogVisitor::on_stack_record) into `out`.
+void decode_stack_frames(uint32_t count, std::span<const uint8_t> frames, std::vector<StackFrame>& out);
 
 // What the reader knows of one allocation info, and how many of its blocks
 // are live.

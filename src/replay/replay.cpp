@@ -21,8 +21,13 @@ void Replay::on_module_unload(uint32_t module, uint64_t) {
 }
 
 void Replay::on_stack(uint32_t stack, std::span<const StackFrame> frames) {
-    charge_.take(StackTable::kBytesPerStack + frames.size() * sizeof(StackFrame), "stacks");
+    charge_stack(static_cast<uint32_t>(frames.size()));
     stacks_.set(stack, frames);
+}
+
+void Replay::on_stack_record(uint32_t stack, uint32_t count, std::span<const uint8_t> frames) {
+    charge_stack(count);
+    stacks_.set_encoded(stack, count, frames);
 }
 
 void Replay::on_thread_start(const ThreadStartRecord& t) {

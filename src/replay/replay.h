@@ -95,6 +95,7 @@ public:
     void on_module_load(const ModuleRecord& m) override;
     void on_module_unload(uint32_t module, uint64_t time_ns) override;
     void on_stack(uint32_t stack, std::span<const StackFrame> frames) override;
+    void on_stack_record(uint32_t stack, uint32_t count, std::span<const uint8_t> frames) override;
     void on_thread_start(const ThreadStartRecord& t) override;
     void on_thread_exit(uint32_t thread, uint64_t time_ns) override;
     void on_alloc(const AllocEvent& e) override;
@@ -185,6 +186,17 @@ private:
         return s;
     }
     void grow_infos(uint32_t info);
+    // Charges a stack's memory, kStackChargeStep at a time ahead.
+    void charge_stack(uint32_t frames) {
+        uint64_t bytes = StackTable::kBytesPerStack + frames * sizeof(StackFrame);
+        if (bytes > stacks_prepaid_) [[unlikely]] {
+            uint64_t step = std::max(bytes, kStackChargeStep);
+            charge_.take(step, "stacks");
+            stacks_prepaid_ += step;
+        }
+        stacks_prepaid_ -= bytes;
+    }
+    static constexpr uint64_t kStackChargeStep = 1 << 20;
     void first_sight(InfoState& s, uint64_t size, uint32_t stack);
     void note_time(uint64_t t) { last_time_ns_ = t; }
     void add_block(uint32_t info, uint64_t address, uint64_t size, uint64_t time_ns, uint32_t stack, uint32_t weight);
@@ -202,6 +214,7 @@ private:
     std::map<uint64_t, LiveMapping> mappings_;  // by start address
     std::vector<StackTotals> per_stack_;        // by stack id
     StackTable stacks_;
+    uint64_t stacks_prepaid_ = 0;  // charged for stacks not defined yet
     std::map<uint32_t, SnapshotModule> modules_;
     std::map<uint32_t, ThreadStartRecord> threads_;  // live threads
     SteppedCharge blocks_charge_{charge_, sizeof(LiveBlock), "live blocks"};

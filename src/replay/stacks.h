@@ -6,16 +6,21 @@
 //
 // Every stack the log ever defined is kept (a snapshot may need any of
 // them), so the table grows with the history's distinct stacks: a
-// compiler's log defines some 225 000 stacks of 46 frames on average.
-// Frames are therefore kept varint-encoded, each against the frame before
-// it: a frame in the same module as its predecessor is one varint, the
-// zigzagged distance between the two addresses shifted left once with the
-// low bit set; any other frame is a varint with the low bit clear (the
-// module id, shifted) followed by its address. Frames of one program lie a
-// few MiB apart, so a frame takes 3 to 4 bytes instead of 16.
+// compiler's log defines some 180 000 stacks of 46 frames on average,
+// more frames than it has events. A stack is kept as its Stack record
+// encodes it (formats/hslog.md): the frame count, then per frame the
+// module id and the address as varints, about 5 bytes a frame instead of
+// the 16 of a StackFrame. The replay copies the record's bytes as they are
+// (set_encoded): decoding every frame and encoding it again took a
+// quarter of a compiler log's replay, and a snapshot decodes only the
+// stacks of its live entries.
 #pragma once
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <new>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -36,30 +41,24 @@ public:
     // Defines (or, in a checkpoint followed by the log, defines again)
     // stack `id`.
     void set(uint32_t id, std::span<const StackFrame> frames) {
-        if (id >= start_.size()) start_.resize(std::max<size_t>(id + 1, start_.size() * 2), nullptr);
-        if (!start_[id]) defined_++;
-        // Worst case: the count, then per frame a flagged module and an address.
+        // Worst case: the count, then per frame a module and an address.
         size_t most = codec::kMaxVarint * (1 + 2 * frames.size());
-        if (most > room_) {
-            size_t size = std::max(most, kChunkBytes);
-            chunks_.push_back(std::make_unique<uint8_t[]>(size));
-            next_ = chunks_.back().get();
-            room_ = size;
-        }
-        codec::Writer w(next_, room_);
+        codec::Writer w(room_for(id, most), most);
         w.varint(frames.size());
-        StackFrame prev{UINT32_MAX, 0};
         for (const StackFrame& f : frames) {
-            uint64_t step = codec::zigzag(static_cast<int64_t>(f.vaddr - prev.vaddr));
-            if (f.module == prev.module && step < (uint64_t{1} << 63)) {
-                w.varint(step << 1 | 1);
-            } else {
-                w.varint(uint64_t{f.module} << 1);
-                w.varint(f.vaddr);
-            }
-            prev = f;
+            w.varint(f.module);
+            w.varint(f.vaddr);
         }
-        start_[id] = next_;
+        next_ += w.size();
+        room_ -= w.size();
+    }
+    // The same from a Stack record's frames (LogVisitor::on_stack_record),
+    // which the reader has checked.
+    void set_encoded(uint32_t id, uint32_t count, std::span<const uint8_t> frames) {
+        size_t most = codec::kMaxVarint + frames.size();
+        codec::Writer w(room_for(id, most), most);
+        w.varint(count);
+        w.raw(frames.data(), frames.size());
         next_ += w.size();
         room_ -= w.size();
     }
@@ -73,17 +72,9 @@ public:
         if (!contains(id)) return;
         const uint8_t* at = start_[id];
         out.resize(varint(at));
-        StackFrame prev{UINT32_MAX, 0};
         for (StackFrame& f : out) {
-            uint64_t token = varint(at);
-            if (token & 1) {
-                f.module = prev.module;
-                f.vaddr = prev.vaddr + static_cast<uint64_t>(codec::unzigzag(token >> 1));
-            } else {
-                f.module = static_cast<uint32_t>(token >> 1);
-                f.vaddr = varint(at);
-            }
-            prev = f;
+            f.module = static_cast<uint32_t>(varint(at));
+            f.vaddr = varint(at);
         }
     }
 
@@ -117,19 +108,47 @@ public:
 private:
     // Encodings live in fixed chunks that never move (a growing vector
     // would copy them all at every doubling and touch twice the memory).
-    static constexpr size_t kChunkBytes = size_t{1} << 20;
+    // A chunk is a huge page where the kernel has one to give
+    // (MADV_HUGEPAGE): faulting in a compiler's 25 MiB of stacks 4 KiB at
+    // a time cost more than copying them.
+    static constexpr size_t kChunkBytes = size_t{2} << 20;
 
-    // set() wrote it: well formed, so no bounds to check.
+    // Room for `most` bytes of stack `id`'s encoding at next_, which
+    // becomes its start.
+    uint8_t* room_for(uint32_t id, size_t most) {
+        if (id >= start_.size()) start_.resize(std::max<size_t>(id + 1, start_.size() * 2), nullptr);
+        if (!start_[id]) defined_++;
+        if (most > room_) {
+            size_t size = std::max(most, kChunkBytes);
+            size = (size + kChunkBytes - 1) / kChunkBytes * kChunkBytes;
+            void* chunk = std::aligned_alloc(kChunkBytes, size);
+            if (!chunk) throw std::bad_alloc();
+            madvise(chunk, size, MADV_HUGEPAGE);
+            chunks_.emplace_back(static_cast<uint8_t*>(chunk));
+            next_ = chunks_.back().get();
+            room_ = size;
+        }
+        start_[id] = next_;
+        return next_;
+    }
+
+    // set() wrote it, or the reader checked it: well formed, so no bounds
+    // to check. Read as codec::Reader::varint reads it (a tenth byte's
+    // bits past the 64th are dropped).
     static uint64_t varint(const uint8_t*& at) {
         uint64_t v = 0;
-        for (int shift = 0;; shift += 7) {
+        for (int shift = 0; shift < 64; shift += 7) {
             uint8_t b = *at++;
             v |= static_cast<uint64_t>(b & 0x7f) << shift;
             if (!(b & 0x80)) return v;
         }
+        return v;
     }
 
-    std::vector<std::unique_ptr<uint8_t[]>> chunks_;
+    struct Free {
+        void operator()(uint8_t* p) const { std::free(p); }
+    };
+    std::vector<std::unique_ptr<uint8_t[], Free>> chunks_;
     uint8_t* next_ = nullptr;
     size_t room_ = 0;
     std::vector<const uint8_t*> start_;  // by id: its encoding, null if undefined

@@ -30,6 +30,52 @@ TEST_CASE("varint: 64-bit extremes round-trip") {
     CHECK(r.at_end());
 }
 
+TEST_CASE("varint: every length reads the same with eight bytes after it or not") {
+    // The reader takes varints of 2 to 8 bytes as one word when eight
+    // bytes are left, byte by byte otherwise.
+    for (int length = 1; length <= 10; ++length) {
+        for (uint64_t low : {uint64_t{0}, uint64_t{1}, uint64_t{0x55}, uint64_t{0x7f}}) {
+            uint64_t value = length == 1 ? low : (uint64_t{1} << (7 * (length - 1))) | low;
+            if (length == 10) value |= uint64_t{1} << 63;
+            uint8_t buf[32];
+            Writer w(buf, sizeof buf);
+            w.varint(value);
+            REQUIRE(w.size() == static_cast<size_t>(length));
+            w.varint(300);  // what follows is left where it is
+            for (size_t size : {w.size(), sizeof buf}) {
+                Reader r(buf, size);
+                CHECK(r.varint() == value);
+                CHECK(r.varint() == 300);
+                CHECK(r.ok());
+            }
+        }
+    }
+}
+
+TEST_CASE("skip_varints: ends where as many varint() calls end, and fails where they fail") {
+    // Runs of varints of every length from 1 to 11 bytes (11: malformed),
+    // cut at every length, skipped 1 to all at a time.
+    uint64_t seed = 12345;
+    for (int round = 0; round < 2000; ++round) {
+        std::vector<uint8_t> buf;
+        int varints = 1 + round % 12;
+        for (int i = 0; i < varints; ++i) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            int length = 1 + static_cast<int>((seed >> 33) % (round % 7 == 0 ? 11 : 10));
+            for (int b = 1; b < length; ++b) buf.push_back(static_cast<uint8_t>(0x80 | (seed >> (b % 8))));
+            buf.push_back(static_cast<uint8_t>((seed >> 40) & 0x7f));
+        }
+        size_t cut = round % 3 == 0 ? static_cast<size_t>(seed % (buf.size() + 1)) : buf.size();
+        for (int n = 1; n <= varints; ++n) {
+            Reader one(buf.data(), cut), all(buf.data(), cut);
+            for (int i = 0; i < n; ++i) one.varint();
+            all.skip_varints(static_cast<uint64_t>(n));
+            CHECK(all.ok() == one.ok());
+            CHECK(all.remaining() == one.remaining());
+        }
+    }
+}
+
 TEST_CASE("zigzag: signed deltas") {
     CHECK(zigzag(0) == 0);
     CHECK(zigzag(-1) == 1);
