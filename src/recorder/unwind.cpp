@@ -106,6 +106,10 @@ __attribute__((noinline)) int full_cfi_stack(uint64_t* ips, int max, OwnRange ow
     return cfi_walk_stack(ips, max, own.start, own.end);
 }
 
+// How far above a recorder frame's sp its frame pointer may lie: the
+// largest frame of the recorder's (the full CFI walk's) is a few KiB.
+constexpr uint64_t kOwnFrameReach = 1u << 20;
+
 struct Walked {
     int count;                      // frames in ips
     bool cached;                    // the stack is now the cache's last one
@@ -149,8 +153,15 @@ Walked walk(Frame f, uint64_t* ips, int max, StackCache* c, void (*prefetch_inte
     bool stopped_at_limit = true;
     // Our frames at the top (the hook and the calls down to here) keep
     // frame pointers (meson.build), so each caller is one load away: no
-    // rule lookup for frames that are never reported.
-    for (; walked < max && own.holds(f.ip); ++walked) f = caller_of(reinterpret_cast<const uint64_t*>(f.bp));
+    // rule lookup for frames that are never reported. Code linked into
+    // the recorder without them (libgcov, in the build that trains its
+    // profile: its mmap reaches the hook) leaves in rbp whatever it holds,
+    // 0 below the first constructors; a frame pointer that does not lie
+    // just above its frame sends the stack to the full CFI walk.
+    for (; walked < max && own.holds(f.ip); ++walked) {
+        if (f.bp < f.sp || f.bp - f.sp > kOwnFrameReach) return Walked{full_cfi_stack(ips, max, own), false, false, 0};
+        f = caller_of(reinterpret_cast<const uint64_t*>(f.bp));
+    }
     const uint64_t first_sp = f.sp;
     CachedFrame* last = c ? c->frames : nullptr;
     CachedFrame* fresh = c ? c->fresh : nullptr;
