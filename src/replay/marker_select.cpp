@@ -10,6 +10,7 @@
 #include "format/log_decoder.h"
 #include "replay/checkpoint.h"
 #include "replay/replay.h"
+#include "util/diagnostics.h"
 #include "util/error.h"
 
 namespace heapsnap {
@@ -65,6 +66,7 @@ public:
     void restore(const Checkpoint& c) {
         codec::Reader r(c.state().data(), c.state().size());
         load_state(r);
+        if (!r.ok()) throw Error("the checkpoint's state does not decode");
         seen_ = c.markers;
     }
 
@@ -223,6 +225,13 @@ Snapshot snapshot_at(const LogFile& log, const Moment& moment) {
         } catch (const BudgetExceeded&) {
             // The state and the replay it fills do not fit the read budget
             // together: a cache, so read from the start instead.
+            checkpoint.reset();
+            replay_ptr = std::make_unique<MomentReplay>(moment, stop_after);
+        } catch (const Error& e) {
+            // A state that passed the file's checks but does not decode
+            // (the keeper, which restores the same way, gives up on it):
+            // a cache too, read from the start, saying so once.
+            warn(path + ": " + e.what() + "; the log is read from its start");
             checkpoint.reset();
             replay_ptr = std::make_unique<MomentReplay>(moment, stop_after);
         }
