@@ -227,6 +227,10 @@ class BenchUsageTest(HeapsnapTest):
 
     def test_no_runs(self):
         self.assert_bench_error(["--runs", "0", "--", "true"], "bench: --runs must be at least 1")
+        self.assert_bench_error(["--stop-time", "--runs", "0"], "bench: --runs must be at least 1")
+
+    def test_stop_time_alone(self):
+        self.assert_bench_error(["--stop-time", "--quick"], "bench: --stop-time runs alone; it takes only --runs")
 
 
 if __name__ == "__main__":
