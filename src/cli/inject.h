@@ -10,11 +10,12 @@
 //    wait4...) are tried first, then threads running user code, then the
 //    rest (epoll_wait, which returns EINTR when interrupted: a program
 //    must take that after any SIGSTOP anyway). A stopped thread's stack
-//    is unwound with libunwind-ptrace (DWARF, the target's own .eh_frame):
-//    it is safe when no frame is in ld.so, in an allocator other than
-//    libc's (a module defining malloc), or in the recorder, and each run
-//    of libc frames was entered through a function that holds no lock of
-//    libc's (kSafeLibcEntries: the blocking calls and thread entry).
+//    is unwound with libunwind-ptrace (DWARF, the target's own .eh_frame;
+//    its memory read a page at a time through /proc/PID/mem): it is safe
+//    when no frame is in ld.so, in an allocator other than libc's (a
+//    module defining malloc), or in the recorder, and each run of libc
+//    frames was entered through a function that holds no lock of libc's
+//    (kSafeLibcEntries: the blocking calls and thread entry).
 //    Internal libc functions (not in .dynsym) are accepted inside such a
 //    run only. An unsafe thread is let go at once, and the next tried;
 //    rounds repeat for up to 5 s (a thread allocating in a loop is outside
