@@ -25,6 +25,7 @@
 #include <sstream>
 
 #include "cli/control_client.h"
+#include "cli/loader_stub.h"
 #include "util/files.h"
 
 namespace heapsnap::cli {
@@ -396,12 +397,14 @@ public:
 
     void write(uint64_t addr, const void* data, size_t n) {
         if (pwrite(mem_, data, n, static_cast<off_t>(addr)) != static_cast<ssize_t>(n))
-            throw Error("process " + pid_text(pid_) + ": cannot write its stack: " + strerror(errno));
+            throw Error("process " + pid_text(pid_) + ": cannot write its memory: " + strerror(errno));
+    }
+    bool read(uint64_t addr, void* out, size_t n) {
+        return pread(mem_, out, n, static_cast<off_t>(addr)) == static_cast<ssize_t>(n);
     }
     std::optional<uint64_t> read_word(uint64_t addr) {
         uint64_t word = 0;
-        if (pread(mem_, &word, sizeof word, static_cast<off_t>(addr)) != static_cast<ssize_t>(sizeof word))
-            return std::nullopt;
+        if (!read(addr, &word, sizeof word)) return std::nullopt;
         return word;
     }
     std::string read_string(uint64_t addr, size_t cap) {
@@ -494,18 +497,19 @@ public:
     }
     const user_regs_struct& regs() const { return saved_.regs; }
 
-    // Calls fn(a0, a1, a2) in the thread with its stack pointer at `sp`;
-    // returns rax.
-    uint64_t call(uint64_t fn, uint64_t a0, uint64_t a1, uint64_t a2, uint64_t sp, Target& target) {
+    // Calls fn(args...) (at most six) in the thread with its stack pointer
+    // at `sp`; returns rax.
+    uint64_t call(uint64_t fn, std::initializer_list<uint64_t> args, uint64_t sp, Target& target) {
         user_regs_struct r = saved_.regs;
         sp &= ~uint64_t{15};
         sp -= 8;
         uint64_t zero = 0;
         target.write(sp, &zero, sizeof zero);
         r.rip = fn;
-        r.rdi = a0;
-        r.rsi = a1;
-        r.rdx = a2;
+        unsigned long long* in[] = {&r.rdi, &r.rsi, &r.rdx, &r.rcx, &r.r8, &r.r9};
+        size_t n = 0;
+        for (uint64_t a : args)
+            if (n < std::size(in)) *in[n++] = a;
         r.rax = 0;
         r.rsp = sp;
         r.orig_rax = ~0ull;  // no system call to restart on these registers
@@ -585,6 +589,210 @@ bool process_stopped(pid_t pid) {
     return paren != std::string::npos && paren + 2 < stat.size() && (stat[paren + 2] == 'T' || stat[paren + 2] == 't');
 }
 
+// ---- the calls -----------------------------------------------------------------------
+
+// libc's functions the injection calls, at their addresses in the process.
+struct LibcFunctions {
+    uint64_t mmap, munmap, pthread_create, pthread_self, pthread_detach, dlopen, dlerror;
+};
+
+// What the recorder's start answered (heapsnap_attach_v1: 0 to 3), or
+// kNotLoaded with dlerror()'s text.
+struct Outcome {
+    int result = kNotLoaded;
+    std::string text;
+};
+
+uint64_t round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+bool failed_call(uint64_t rax) { return rax > ~uint64_t{4095}; }  // -errno, as a system call returns it
+
+// The region the loader thread runs in: its code, then its block.
+struct LoaderRegion {
+    uint64_t start = 0, bytes = 0, block = 0;
+};
+
+// The region, mapped by the stopped thread's first call and filled in;
+// start 0 if the process may not map executable memory (an SELinux
+// execmem denial, a seccomp filter).
+LoaderRegion map_loader(Stopped& thread, Target& target, const LibcFunctions& libc, uint64_t call_sp,
+                        const std::string& library, const std::string& settings, uint64_t attach_offset) {
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const uint64_t code_bytes = round_up(loader_code_bytes(), page);
+    std::string block(sizeof(LoaderBlock), '\0');
+    size_t path_at = block.size();
+    block += library;
+    block.push_back('\0');
+    size_t settings_at = block.size();
+    block += settings;
+    size_t reply_at = block.size();
+    block.append(kReplyBytes, '\0');
+    const uint64_t block_bytes = round_up(block.size(), page);
+    const uint64_t region_bytes = code_bytes + block_bytes;
+    uint64_t region =
+        thread.call(libc.mmap, {0, region_bytes, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, ~uint64_t{0}, 0},
+                    call_sp, target);
+    if (failed_call(region)) return {};
+    const uint64_t at = region + code_bytes;
+    LoaderBlock head{};
+    head.pthread_self = libc.pthread_self;
+    head.pthread_detach = libc.pthread_detach;
+    head.dlopen = libc.dlopen;
+    head.dlerror = libc.dlerror;
+    head.munmap = libc.munmap;
+    head.attach_offset = attach_offset;
+    head.region = region;
+    head.region_bytes = region_bytes;
+    head.block_bytes = block_bytes;
+    head.path = at + path_at;
+    head.settings = at + settings_at;
+    head.reply = at + reply_at;
+    head.outcome = kLoaderRunning;
+    strncpy(head.name, "heapsnap-loader", sizeof head.name);
+    memcpy(block.data(), &head, sizeof head);
+    // Through /proc/PID/mem, which writes read-only pages too.
+    target.write(region, loader_code(), loader_code_bytes());
+    target.write(at, block.data(), block.size());
+    return {region, region_bytes, at};
+}
+
+// After the stopped thread is let go: waits for the loader thread's
+// outcome, reads it, and lets the thread unmap its region.
+Outcome await_loader(Target& target, uint64_t block, const std::string& who) {
+    constexpr double kPatienceMs = 30000;
+    double give_up = now_ms() + kPatienceMs;
+    int32_t outcome = kLoaderRunning;
+    for (;;) {
+        if (!target.read(block + offsetof(LoaderBlock, outcome), &outcome, sizeof outcome))
+            throw Error(who + " ended before the recorder started");
+        if (outcome != kLoaderRunning) break;
+        if (now_ms() > give_up) throw Error(who + ": the recorder did not start within 30 s");
+        timespec nap{0, 1000000};
+        nanosleep(&nap, nullptr);
+    }
+    LoaderBlock head{};
+    if (!target.read(block, &head, sizeof head)) throw Error(who + " ended before the recorder started");
+    Outcome out{outcome, ""};
+    if (outcome == kNotLoaded)
+        out.text = head.error_text ? target.read_string(head.error_text, 1024) : "";
+    else
+        out.text = target.read_string(head.reply, kReplyBytes);
+    int32_t seen = 1;
+    target.write(block + offsetof(LoaderBlock, read), &seen, sizeof seen);
+    return out;
+}
+
+// The outcome as attach reports it.
+Injected injected(const Outcome& outcome, double stopped_ms, pid_t tid, unsigned tried, const std::string& who) {
+    switch (outcome.result) {
+        case 0: return Injected{outcome.text, stopped_ms, tid, tried};
+        case 1: throw AttachRefused(kExitAlreadyRecorded, who + " is already recorded into " + outcome.text);
+        case 2:
+            throw Error(who +
+                        " has the recorder preloaded, but it records no more (its recording ended or failed); it "
+                        "cannot be attached");
+        case kNotLoaded:
+            throw Error(who + ": dlopen of the recorder failed" + (outcome.text.empty() ? "" : ": " + outcome.text));
+        default: throw Error(who + ": recording could not start: " + outcome.text);
+    }
+}
+
+// Where no loader thread can run (the process may not map executable
+// memory, or start a thread): dlopen and the recorder's start are called
+// in the stopped thread itself, at `data` (below its stack pointer, as
+// the calls' arguments).
+Outcome load_in_stopped_thread(Stopped& thread, Target& target, const LibcFunctions& libc, uint64_t data,
+                               const std::string& library, const std::string& settings, uint64_t attach_offset,
+                               const std::string& who) {
+    std::string blob = library;
+    blob.push_back('\0');
+    size_t settings_at = blob.size();
+    blob += settings;
+    size_t reply_at = blob.size();
+    blob.append(kReplyBytes, '\0');
+    data = (data - blob.size()) & ~uint64_t{15};
+    target.write(data, blob.data(), blob.size());
+    uint64_t call_sp = data - 64;
+    uint64_t handle = thread.call(libc.dlopen, {data, RTLD_NOW}, call_sp, target);
+    if (!handle) {
+        uint64_t text = thread.call(libc.dlerror, {}, call_sp, target);
+        return Outcome{kNotLoaded, text ? target.read_string(text, 1024) : ""};
+    }
+    // dlopen's handle is the library's link_map, whose first field,
+    // l_addr, is where it was loaded.
+    std::optional<uint64_t> base = target.read_word(handle);
+    if (!base) throw Error(who + ": the recorder's link map cannot be read after its dlopen");
+    uint64_t result =
+        thread.call(*base + attach_offset, {data + settings_at, data + reply_at, kReplyBytes}, call_sp, target);
+    return Outcome{static_cast<int>(result), target.read_string(data + reply_at, kReplyBytes)};
+}
+
+// What goes into the process, known before any thread stops.
+struct Plan {
+    LibcFunctions libc{};
+    std::string library;
+    std::string settings;        // NAME=value strings, an empty one last
+    uint64_t attach_offset = 0;  // heapsnap_attach_v1 in the library
+};
+
+// Steps 2 and 3 for the thread `tid`; nullopt if it is gone, or was let go
+// as unsafe (`why` then says why).
+std::optional<Injected> try_thread(pid_t pid, pid_t tid, Target& target, const Plan& plan, unsigned tried,
+                                   std::string& why) {
+    const std::string who = "process " + pid_text(pid);
+    double stop_start = now_ms();
+    if (!stop_thread(pid, tid)) return std::nullopt;
+    Stopped thread(tid);
+    why = target.unsafe_reason(tid);
+    if (!why.empty()) return std::nullopt;  // let go at once
+    thread.save();
+    // Below the red zone: pthread_create's thread id, then the calls' frames.
+    uint64_t top = (thread.regs().rsp - 128 - 64) & ~uint64_t{15};
+    uint64_t call_sp = top - 64;
+    LoaderRegion region =
+        map_loader(thread, target, plan.libc, call_sp, plan.library, plan.settings, plan.attach_offset);
+    if (region.start) {
+        if (thread.call(plan.libc.pthread_create, {top, 0, region.start, region.block}, call_sp, target) == 0) {
+            thread.release();
+            double stopped = now_ms() - stop_start;
+            return injected(await_loader(target, region.block, who), stopped, tid, tried, who);
+        }
+        // No thread could be started (RLIMIT_NPROC, a seccomp filter): the
+        // region goes, and the stopped thread loads the recorder itself.
+        thread.call(plan.libc.munmap, {region.start, region.bytes}, call_sp, target);
+    }
+    Outcome outcome =
+        load_in_stopped_thread(thread, target, plan.libc, top, plan.library, plan.settings, plan.attach_offset, who);
+    thread.release();
+    return injected(outcome, now_ms() - stop_start, tid, tried, who);
+}
+
+// Candidates: restarted system calls first, then running threads, then
+// the rest; rounds until one is safe.
+Injected borrow_a_thread(pid_t pid, Target& target, const Plan& plan) {
+    std::string last_reason;
+    unsigned tried = 0;
+    double give_up = now_ms() + 5000;
+    while (now_ms() < give_up) {
+        std::vector<std::pair<int, pid_t>> tids;
+        for (pid_t tid : threads_of(pid)) tids.emplace_back(thread_class(pid, tid), tid);
+        if (tids.empty()) throw AttachRefused(kExitNoProcess, "no process with PID " + pid_text(pid));
+        std::stable_sort(tids.begin(), tids.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+        for (auto [kind, tid] : tids) {
+            std::string why;
+            if (std::optional<Injected> done = try_thread(pid, tid, target, plan, tried, why)) return *done;
+            if (why.empty()) continue;  // gone meanwhile
+            last_reason = "thread " + pid_text(tid) + ": " + why;
+            ++tried;
+        }
+        timespec pause{0, 2000000};
+        nanosleep(&pause, nullptr);
+    }
+    throw Error("process " + pid_text(pid) +
+                ": no thread could be stopped outside the allocator and the dynamic loader within 5 s (last: " +
+                last_reason + ")");
+}
+
 }  // namespace
 
 void check_process(pid_t pid, const char* verb) {
@@ -630,83 +838,26 @@ Injected inject_recorder(pid_t pid, const std::string& library,
     if (libc.empty())
         throw AttachRefused(kExitStatic, who + " (" + exe + ") does not use glibc: the recorder needs it");
     std::optional<uint64_t> libc_base = base_of(target.maps(), libc);
-    std::optional<uint64_t> dlopen_at = symbol_value(target.symbols(libc), "dlopen");
-    std::optional<uint64_t> dlerror_at = symbol_value(target.symbols(libc), "dlerror");
-    if (!libc_base || !dlopen_at || !dlerror_at)
-        throw Error(who + ": its libc (" + libc + ") has no dlopen (glibc 2.34 or later is needed)");
+    auto in_libc = [&](const char* name) {
+        std::optional<uint64_t> value = symbol_value(target.symbols(libc), name);
+        if (!libc_base || !value)
+            throw Error(who + ": its libc (" + libc + ") has no " + name + " (glibc 2.34 or later is needed)");
+        return *libc_base + *value;
+    };
+    Plan plan;
+    plan.libc = {in_libc("mmap"),           in_libc("munmap"), in_libc("pthread_create"), in_libc("pthread_self"),
+                 in_libc("pthread_detach"), in_libc("dlopen"), in_libc("dlerror")};
     std::optional<uint64_t> attach_at = symbol_value(dynamic_functions(library), "heapsnap_attach_v1");
     if (!attach_at) throw Error(library + ": not a heapsnap recorder (no heapsnap_attach_v1)");
-
-    // What goes on the stack: the library's path, the settings, the reply.
-    std::string blob = library;
-    blob.push_back('\0');
-    size_t settings_at = blob.size();
+    plan.library = library;
+    plan.attach_offset = *attach_at;
     for (const auto& [name, value] : settings) {
         if (value.empty()) continue;
-        blob += name + "=" + value;
-        blob.push_back('\0');
+        plan.settings += name + "=" + value;
+        plan.settings.push_back('\0');
     }
-    blob.push_back('\0');
-    constexpr size_t kReplyBytes = 4200;
-    size_t reply_at = blob.size();
-    blob.append(kReplyBytes, '\0');
-
-    // Candidates: restarted system calls first, then running threads, then
-    // the rest; rounds until one is safe.
-    std::string last_reason;
-    unsigned tried = 0;
-    double give_up = now_ms() + 5000;
-    while (now_ms() < give_up) {
-        std::vector<std::pair<int, pid_t>> tids;
-        for (pid_t tid : threads_of(pid)) tids.emplace_back(thread_class(pid, tid), tid);
-        if (tids.empty()) throw AttachRefused(kExitNoProcess, "no process with PID " + pid_text(pid));
-        std::stable_sort(tids.begin(), tids.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-        for (auto [kind, tid] : tids) {
-            double stop_start = now_ms();
-            if (!stop_thread(pid, tid)) continue;
-            Stopped thread(tid);
-            std::string reason = target.unsafe_reason(tid);
-            if (!reason.empty()) {
-                last_reason = "thread " + pid_text(tid) + ": " + reason;
-                ++tried;
-                continue;  // let go at once
-            }
-            thread.save();
-            uint64_t top = (thread.regs().rsp - 128 - 64) & ~uint64_t{15};
-            uint64_t data = (top - blob.size()) & ~uint64_t{15};
-            target.write(data, blob.data(), blob.size());
-            uint64_t call_sp = data - 64;
-            uint64_t handle = thread.call(*libc_base + *dlopen_at, data, RTLD_NOW, 0, call_sp, target);
-            if (!handle) {
-                uint64_t text = thread.call(*libc_base + *dlerror_at, 0, 0, 0, call_sp, target);
-                std::string why = text ? target.read_string(text, 1024) : "";
-                throw Error(who + ": dlopen of the recorder failed" + (why.empty() ? "" : ": " + why));
-            }
-            // dlopen's handle is the library's link_map, whose first field,
-            // l_addr, is where it was loaded: no second read of the maps,
-            // which a process busy in mmap makes slow, while the thread waits.
-            std::optional<uint64_t> recorder_base = target.read_word(handle);
-            if (!recorder_base) throw Error(who + ": the recorder's link map cannot be read after its dlopen");
-            uint64_t result = thread.call(*recorder_base + *attach_at, data + settings_at, data + reply_at, kReplyBytes,
-                                          call_sp, target);
-            std::string reply = target.read_string(data + reply_at, kReplyBytes);
-            thread.release();
-            double stopped = now_ms() - stop_start;
-            switch (static_cast<int>(result)) {
-                case 0: return Injected{reply, stopped, tid, tried};
-                case 1: throw AttachRefused(kExitAlreadyRecorded, who + " is already recorded into " + reply);
-                case 2:
-                    throw Error(who +
-                                " has the recorder preloaded, but it records no more (its recording ended or "
-                                "failed); it cannot be attached");
-                default: throw Error(who + ": recording could not start: " + reply);
-            }
-        }
-        timespec pause{0, 2000000};
-        nanosleep(&pause, nullptr);
-    }
-    throw Error(who + ": no thread could be stopped outside the allocator and the dynamic loader within 5 s (last: " +
-                last_reason + ")");
+    plan.settings.push_back('\0');
+    return borrow_a_thread(pid, target, plan);
 }
 
 }  // namespace heapsnap::cli

@@ -20,18 +20,26 @@
 //    run only. An unsafe thread is let go at once, and the next tried;
 //    rounds repeat for up to 5 s (a thread allocating in a loop is outside
 //    malloc part of the time).
-// 3. The call. With the thread's registers, its extended (AVX) state and
-//    its signal mask saved, every signal blocked, the recorder's path, the
-//    settings and a reply buffer go onto its stack below the red zone;
-//    dlopen(path, RTLD_NOW) (libc's .dynsym, at libc's base in
-//    /proc/PID/maps) is called with return address 0, so its return
-//    faults with SIGSEGV at address 0, which ends the call; orig_rax = -1
-//    keeps the kernel from restarting the interrupted system call on the
-//    call's registers. heapsnap_attach_v1(settings, reply, size) follows
-//    the same way (src/recorder/attach.cpp). Then the saved state goes
-//    back (the kernel restarts the system call as it would have) and the
-//    thread is let go: the stop lasted from PTRACE_INTERRUPT to
-//    PTRACE_DETACH, the time printed.
+// 3. The calls. With the thread's registers, its extended (AVX) state and
+//    its signal mask saved and every signal blocked, the thread makes two
+//    calls of libc's functions (libc's .dynsym, at libc's base in
+//    /proc/PID/maps), each with return address 0, so its return faults
+//    with SIGSEGV at address 0, which ends the call; orig_rax = -1 keeps
+//    the kernel from restarting the interrupted system call on the call's
+//    registers. mmap maps the loader's region, which heapsnap fills in
+//    through /proc/PID/mem; pthread_create starts the loader thread on it
+//    (cli/loader_stub.h). Then the saved state goes back (the kernel
+//    restarts the system call as it would have) and the thread is let go:
+//    the stop lasted from PTRACE_INTERRUPT to PTRACE_DETACH, the time
+//    printed. The loader thread calls dlopen(path, RTLD_NOW) and
+//    heapsnap_attach_v1(settings, reply, size) (src/recorder/attach.cpp).
+//    It starts with no lock held, so it may wait for any; what it waits
+//    for (the CPU, a malloc arena's lock, the loader's lock) no longer
+//    lengthens the stop. heapsnap reads the outcome from the region, then
+//    the loader unmaps it. Where the process may not map executable
+//    memory (SELinux without execmem) or start a thread, dlopen and
+//    heapsnap_attach_v1 are called in the stopped thread itself instead,
+//    the same way.
 #pragma once
 
 #include <sys/types.h>

@@ -290,8 +290,10 @@ void forget_unloaded_modules() {
 
 using namespace heapsnap::recorder;
 
-// Called by `heapsnap attach` in the thread it stopped (src/cli/inject.h),
-// right after its dlopen of this library. `settings`: NAME=value strings,
+// Called by `heapsnap attach` right after its dlopen of this library, in
+// the thread that loaded it: one it started in the process for that, or
+// the thread it stopped, where the process may not map executable memory
+// (src/cli/inject.h). Neither holds a lock. `settings`: NAME=value strings,
 // each NUL-terminated, the last followed by an empty one (the HEAPSNAP_*
 // variables of `heapsnap run`). `reply` receives the log's path, or why
 // recording did not start. Returns 0 (started), 1 (already recording),

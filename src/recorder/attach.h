@@ -35,8 +35,8 @@ namespace heapsnap::recorder {
 // Looks the real functions up (hooks.cpp), all at once, with
 // dlsym(RTLD_DEFAULT) when attached, each checked to be a definition
 // outside this library (definitions.h): before any slot is bound, in the
-// thread heapsnap attach stopped. False if one the hooks cannot do
-// without was not found.
+// thread that loaded the recorder (heapsnap_attach_v1). False if one the
+// hooks cannot do without was not found.
 bool resolve_real_functions();
 // Binds the hooks in every loaded module; false if the real functions
 // could not be found (nothing is bound then).

@@ -406,7 +406,7 @@ bool set_up_once() {
     order_publication_init();
     init_exe_path();
     if (!watch_thread_exits(on_thread_exit)) return false;
-    current_thread_index();  // the thread that starts the process (or attaches) is thread 0
+    current_thread_index();  // the thread that starts the process (or loads the recorder) is thread 0
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
     at_quick_exit(on_quick_exit);
     register_exit_handler();

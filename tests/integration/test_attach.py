@@ -166,6 +166,16 @@ class AttachTest(HeapsnapTest):
         self.assertEqual(bare.finish(), (3, ""))
         self.assertEqual(bare.said, ["ready pid=%d" % bare.pid, "grown", "grown", "bye"])
 
+    def test_process_without_executable_memory(self):
+        """Where the process may not map anonymous executable memory (SELinux
+        without execmem; here a seccomp filter), the recorder is loaded and
+        started in the stopped thread itself, and records the same."""
+        bare = Bare(self, [program("no_execmem"), program("attach_target")])
+        log = self.attach(bare.pid, "-o", self.path("noexec.hslog"))
+        self.grow_between_snapshots(bare)
+        self.detach(bare.pid, log)
+        self.assertEqual(bare.finish(), (3, ""))
+
     def test_attach_while_eight_threads_allocate(self):
         bare = Bare(self)
         bare.send("threads 8", "started 8")
