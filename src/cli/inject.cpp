@@ -18,14 +18,17 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "cli/control_client.h"
 #include "cli/loader_stub.h"
+#include "cli/short_slice.h"
 #include "util/files.h"
 
 namespace heapsnap::cli {
@@ -741,10 +744,14 @@ std::optional<Injected> try_thread(pid_t pid, pid_t tid, Target& target, const P
                                    std::string& why) {
     const std::string who = "process " + pid_text(pid);
     double stop_start = now_ms();
+    ShortSlice brief(tid);
     if (!stop_thread(pid, tid)) return std::nullopt;
     Stopped thread(tid);
     why = target.unsafe_reason(tid);
-    if (!why.empty()) return std::nullopt;  // let go at once
+    if (!why.empty()) {
+        brief.restore();
+        return std::nullopt;  // let go at once
+    }
     thread.save();
     // Below the red zone: pthread_create's thread id, then the calls' frames.
     uint64_t top = (thread.regs().rsp - 128 - 64) & ~uint64_t{15};
@@ -753,6 +760,7 @@ std::optional<Injected> try_thread(pid_t pid, pid_t tid, Target& target, const P
         map_loader(thread, target, plan.libc, call_sp, plan.library, plan.settings, plan.attach_offset);
     if (region.start) {
         if (thread.call(plan.libc.pthread_create, {top, 0, region.start, region.block}, call_sp, target) == 0) {
+            brief.restore();
             thread.release();
             double stopped = now_ms() - stop_start;
             return injected(await_loader(target, region.block, who), stopped, tid, tried, who);
@@ -763,6 +771,7 @@ std::optional<Injected> try_thread(pid_t pid, pid_t tid, Target& target, const P
     }
     Outcome outcome =
         load_in_stopped_thread(thread, target, plan.libc, top, plan.library, plan.settings, plan.attach_offset, who);
+    brief.restore();
     thread.release();
     return injected(outcome, now_ms() - stop_start, tid, tried, who);
 }
@@ -770,6 +779,7 @@ std::optional<Injected> try_thread(pid_t pid, pid_t tid, Target& target, const P
 // Candidates: restarted system calls first, then running threads, then
 // the rest; rounds until one is safe.
 Injected borrow_a_thread(pid_t pid, Target& target, const Plan& plan) {
+    ShortSlice own(0);
     std::string last_reason;
     unsigned tried = 0;
     double give_up = now_ms() + 5000;
@@ -791,6 +801,28 @@ Injected borrow_a_thread(pid_t pid, Target& target, const Plan& plan) {
     throw Error("process " + pid_text(pid) +
                 ": no thread could be stopped outside the allocator and the dynamic loader within 5 s (last: " +
                 last_reason + ")");
+}
+
+// Runs fn() on a thread of its own; returns what it returns, throws what
+// it throws. The injection runs there because Linux's scheduler (EEVDF)
+// keeps a task's lag across its sleeps: by then heapsnap's main thread has
+// had the CPU for a while (loading its libraries, reading libc's symbols),
+// and with every CPU busy each of its wakeups during the stop would wait
+// until that is paid back. A new thread owes nothing.
+template <class Fn>
+auto on_new_thread(Fn fn) -> decltype(fn()) {
+    std::optional<decltype(fn())> result;
+    std::exception_ptr failure;
+    std::thread worker([&] {
+        try {
+            result.emplace(fn());
+        } catch (...) {
+            failure = std::current_exception();
+        }
+    });
+    worker.join();
+    if (failure) std::rethrow_exception(failure);
+    return std::move(*result);
 }
 
 }  // namespace
@@ -857,7 +889,7 @@ Injected inject_recorder(pid_t pid, const std::string& library,
         plan.settings.push_back('\0');
     }
     plan.settings.push_back('\0');
-    return borrow_a_thread(pid, target, plan);
+    return on_new_thread([&] { return borrow_a_thread(pid, target, plan); });
 }
 
 }  // namespace heapsnap::cli

@@ -21,8 +21,9 @@
 //    rounds repeat for up to 5 s (a thread allocating in a loop is outside
 //    malloc part of the time).
 // 3. The calls. With the thread's registers, its extended (AVX) state and
-//    its signal mask saved and every signal blocked, the thread makes two
-//    calls of libc's functions (libc's .dynsym, at libc's base in
+//    its signal mask saved, every signal blocked, and a short scheduler
+//    slice asked for it (cli/short_slice.h), the thread makes two calls
+//    of libc's functions (libc's .dynsym, at libc's base in
 //    /proc/PID/maps), each with return address 0, so its return faults
 //    with SIGSEGV at address 0, which ends the call; orig_rax = -1 keeps
 //    the kernel from restarting the interrupted system call on the call's
@@ -40,6 +41,8 @@
 //    memory (SELinux without execmem) or start a thread, dlopen and
 //    heapsnap_attach_v1 are called in the stopped thread itself instead,
 //    the same way.
+// The stops and calls run on a thread of heapsnap's own, started for
+// them (on_new_thread in inject.cpp says why).
 #pragma once
 
 #include <sys/types.h>
