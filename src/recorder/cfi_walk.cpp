@@ -64,15 +64,6 @@ constexpr uint32_t kCalleeSaved =
 struct Memory {
     uint64_t first_sp;
 
-    static bool word_readable(uint64_t addr) {
-        long ret;
-        register long size asm("r10") = 8;
-        asm volatile("syscall"
-                     : "=a"(ret)
-                     : "0"(SYS_rt_sigprocmask), "D"(-1L), "S"(addr & ~uint64_t{7}), "d"(0L), "r"(size)
-                     : "rcx", "r11", "memory");
-        return ret != -EFAULT;
-    }
     bool read(uint64_t addr, void* out, unsigned n) const {
         if (addr < 4096 || addr > UINT64_MAX - 8) return false;
         if (!unwinder::readable(first_sp, addr, addr + n)) {
@@ -326,6 +317,16 @@ Step step_without_cfi(Registers& regs, const Memory& mem, bool* exact) {
 }
 
 }  // namespace
+
+bool word_readable(uint64_t addr) {
+    long ret;
+    register long size asm("r10") = 8;
+    asm volatile("syscall"
+                 : "=a"(ret)
+                 : "0"(SYS_rt_sigprocmask), "D"(-1L), "S"(addr & ~uint64_t{7}), "d"(0L), "r"(size)
+                 : "rcx", "r11", "memory");
+    return ret != -EFAULT;
+}
 
 __attribute__((noinline)) int cfi_walk_stack(uint64_t* ips, int max, uint64_t own_start, uint64_t own_end) {
     Registers regs{{}, kCalleeSaved};

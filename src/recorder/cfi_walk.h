@@ -34,4 +34,8 @@ namespace heapsnap::recorder {
 // own_end) (the recorder's) are left out. Returns the count kept.
 int cfi_walk_stack(uint64_t* ips, int max, uint64_t own_start, uint64_t own_end);
 
+// Whether the aligned 8-byte word holding `addr` can be read (the check
+// above); errno is left alone.
+bool word_readable(uint64_t addr);
+
 }  // namespace heapsnap::recorder

@@ -25,6 +25,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "recorder/cfi_walk.h"
 #include "recorder/unwind.h"
 
 #define HEAPSNAP_EXPORT extern "C" __attribute__((visibility("default")))
@@ -53,10 +54,8 @@ bool from_libunwind(const void* caller) {
 // word at addr can be read. Reached from syscall (below) with its
 // arguments as they were.
 extern "C" __attribute__((used, visibility("hidden"))) long heapsnap_probe_write(long, long, uintptr_t addr, long n) {
-    int saved = errno;
-    uintptr_t word = addr & ~uintptr_t{7};
-    bool readable = word >= 4096 && syscall(SYS_rt_sigprocmask, -1, word, 0, 8) != 0 && errno != EFAULT;
-    errno = readable ? saved : EFAULT;
+    bool readable = (addr & ~uintptr_t{7}) >= 4096 && heapsnap::recorder::word_readable(addr);
+    if (!readable) errno = EFAULT;
     return readable ? n : -1;
 }
 
