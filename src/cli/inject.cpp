@@ -619,7 +619,8 @@ struct LoaderRegion {
 // start 0 if the process may not map executable memory (an SELinux
 // execmem denial, a seccomp filter).
 LoaderRegion map_loader(Stopped& thread, Target& target, const LibcFunctions& libc, uint64_t call_sp,
-                        const std::string& library, const std::string& settings, uint64_t attach_offset) {
+                        const std::string& library, const std::string& settings, uint64_t attach_offset,
+                        const std::optional<SchedAttributes>& sched) {
     const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     const uint64_t code_bytes = round_up(loader_code_bytes(), page);
     std::string block(sizeof(LoaderBlock), '\0');
@@ -652,6 +653,7 @@ LoaderRegion map_loader(Stopped& thread, Target& target, const LibcFunctions& li
     head.reply = at + reply_at;
     head.outcome = kLoaderRunning;
     strncpy(head.name, "heapsnap-loader", sizeof head.name);
+    if (sched) head.sched = *sched;
     memcpy(block.data(), &head, sizeof head);
     // Through /proc/PID/mem, which writes read-only pages too.
     target.write(region, loader_code(), loader_code_bytes());
@@ -757,7 +759,7 @@ std::optional<Injected> try_thread(pid_t pid, pid_t tid, Target& target, const P
     uint64_t top = (thread.regs().rsp - 128 - 64) & ~uint64_t{15};
     uint64_t call_sp = top - 64;
     LoaderRegion region =
-        map_loader(thread, target, plan.libc, call_sp, plan.library, plan.settings, plan.attach_offset);
+        map_loader(thread, target, plan.libc, call_sp, plan.library, plan.settings, plan.attach_offset, brief.saved());
     if (region.start) {
         if (thread.call(plan.libc.pthread_create, {top, 0, region.start, region.block}, call_sp, target) == 0) {
             brief.restore();

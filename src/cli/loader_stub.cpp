@@ -19,6 +19,7 @@ namespace heapsnap::cli {
 #define LB_OUTCOME 104
 #define LB_READ 108
 #define LB_NAME 112
+#define LB_SCHED 128
 #define LB_REPLY_BYTES 4200
 #define LB_NOT_LOADED 4
 
@@ -38,6 +39,7 @@ static_assert(offsetof(LoaderBlock, error_text) == LB_ERROR_TEXT);
 static_assert(offsetof(LoaderBlock, outcome) == LB_OUTCOME);
 static_assert(offsetof(LoaderBlock, read) == LB_READ);
 static_assert(offsetof(LoaderBlock, name) == LB_NAME);
+static_assert(offsetof(LoaderBlock, sched) == LB_SCHED);
 static_assert(kReplyBytes == LB_REPLY_BYTES && kNotLoaded == LB_NOT_LOADED);
 
 #define LB_TEXT(x) #x
@@ -70,6 +72,14 @@ heapsnap_loader_code_begin:
     lea rsi, [rbx + )" LB(LB_NAME) R"(]
     mov eax, 157                        # prctl
     syscall
+    cmp dword ptr [rbx + )" LB(LB_SCHED) R"(], 0
+    je .Lsettled
+    xor edi, edi
+    lea rsi, [rbx + )" LB(LB_SCHED) R"(]
+    xor edx, edx
+    mov eax, 314                        # sched_setattr
+    syscall
+.Lsettled:
     mov rdi, rbx
     mov rsi, [rbx + )" LB(LB_BLOCK_BYTES) R"(]
     mov edx, 3                          # PROT_READ | PROT_WRITE

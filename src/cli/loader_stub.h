@@ -12,6 +12,10 @@
 //   0. glibc's own two signals (cancellation, setxid) unblocked, as the
 //      recorder's writer thread does: a setuid in another thread waits
 //      for every thread to take its signal. Its name set (PR_SET_NAME).
+//      The borrowed thread's own scheduler settings put back on itself
+//      (sched_setattr, if `sched.size` is not 0): it inherited the short
+//      slice the borrowed thread had during its stop (cli/short_slice.h),
+//      and the recorder's writer thread, which it starts, inherits from it.
 //   1. mprotect(block, PROT_READ | PROT_WRITE); the code stays read-only
 //      and executable. Should it fail, the thread goes straight to 6.
 //   2. pthread_detach(pthread_self()).
@@ -32,6 +36,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cli/short_slice.h"
+
 namespace heapsnap::cli {
 
 inline constexpr int32_t kLoaderRunning = -1;  // outcome until the thread stores it
@@ -48,14 +54,15 @@ struct LoaderBlock {
     uint64_t attach_offset;  // heapsnap_attach_v1 in the recorder's file
     uint64_t region;         // the mapping: code, then this block
     uint64_t region_bytes;
-    uint64_t block_bytes;  // from this block's start to the region's end
-    uint64_t path;         // the recorder's path (a C string)
-    uint64_t settings;     // NAME=value strings, an empty one last
-    uint64_t reply;        // kReplyBytes
-    uint64_t error_text;   // out: dlerror(), if dlopen failed
-    int32_t outcome;       // out: kLoaderRunning, then 0 to 3 or kNotLoaded
-    int32_t read;          // in: heapsnap has read the outcome
-    char name[16];         // the thread's name
+    uint64_t block_bytes;   // from this block's start to the region's end
+    uint64_t path;          // the recorder's path (a C string)
+    uint64_t settings;      // NAME=value strings, an empty one last
+    uint64_t reply;         // kReplyBytes
+    uint64_t error_text;    // out: dlerror(), if dlopen failed
+    int32_t outcome;        // out: kLoaderRunning, then 0 to 3 or kNotLoaded
+    int32_t read;           // in: heapsnap has read the outcome
+    char name[16];          // the thread's name
+    SchedAttributes sched;  // the borrowed thread's own settings; size 0: none
 };
 
 // The code, for a page of its own in the process; it starts at its

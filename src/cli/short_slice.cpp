@@ -7,32 +7,45 @@
 namespace heapsnap::cli {
 namespace {
 
-constexpr uint64_t kShortSliceNs = 100'000;  // the shortest the kernel grants
-constexpr uint64_t kResetOnFork = 0x01;      // SCHED_FLAG_RESET_ON_FORK
+bool get_attributes(pid_t tid, SchedAttributes& out) {
+    return syscall(SYS_sched_getattr, tid, &out, sizeof out, 0) == 0;
+}
+
+bool set_attributes(pid_t tid, const SchedAttributes& in) { return syscall(SYS_sched_setattr, tid, &in, 0) == 0; }
+
+// A fair task's sched_runtime reads as its slice, custom or not: the
+// default is what heapsnap's own thread reads before it asks for less.
+uint64_t default_slice() {
+    static const uint64_t slice = [] {
+        SchedAttributes own{};
+        return get_attributes(0, own) ? own.runtime : 0;
+    }();
+    return slice;
+}
+
+bool fair(const SchedAttributes& a) { return a.policy == SCHED_OTHER || a.policy == SCHED_BATCH; }
 
 }  // namespace
 
 ShortSlice::ShortSlice(pid_t tid) : tid_(tid) {
-    // A fair task's sched_runtime reads as its slice, custom or not: the
-    // default is what heapsnap's own thread reads before it asks for less.
-    static const uint64_t default_slice = [] {
-        Attributes own{};
-        return syscall(SYS_sched_getattr, 0, &own, sizeof own, 0) == 0 ? own.runtime : 0;
-    }();
-    if (syscall(SYS_sched_getattr, tid, &saved_, sizeof saved_, 0) != 0) return;
-    if (saved_.policy != SCHED_OTHER && saved_.policy != SCHED_BATCH) return;
-    if (saved_.runtime == default_slice) saved_.runtime = 0;  // back to the default, not a copy of it
+    const uint64_t usual = default_slice();
+    if (!get_attributes(tid, saved_) || !fair(saved_)) return;
+    if (saved_.runtime == usual) saved_.runtime = 0;  // back to the default, not a copy of it
     saved_.size = sizeof saved_;
-    Attributes brief = saved_;
-    brief.flags |= kResetOnFork;
+    SchedAttributes brief = saved_;
     brief.runtime = kShortSliceNs;
-    changed_ = syscall(SYS_sched_setattr, tid, &brief, 0) == 0;
+    changed_ = set_attributes(tid, brief);
 }
 
 void ShortSlice::restore() {
     if (!changed_) return;
     changed_ = false;
-    syscall(SYS_sched_setattr, tid_, &saved_, 0);
+    set_attributes(tid_, saved_);
+}
+
+std::optional<SchedAttributes> ShortSlice::saved() const {
+    if (!changed_) return std::nullopt;
+    return saved_;
 }
 
 }  // namespace heapsnap::cli

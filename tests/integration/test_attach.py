@@ -9,7 +9,9 @@ tests/programs/attach_target.c is the program; its sites are exact.
 import os
 import pwd
 import re
+import shutil
 import subprocess
+import tempfile
 
 from harness import HEAPSNAP, PROGRAMS_DIR, TIMEOUT, HeapsnapTest, main, program
 
@@ -215,6 +217,44 @@ class AttachTest(HeapsnapTest):
         bare.send("grow", "grown")
         self.assertEqual(bare.finish(), (3, ""))
         self.assertEqual(bare.said, ["ready pid=%d" % bare.pid, "grown", "bye"])
+
+    def test_owner_attach_leaves_scheduling_as_it_was(self):
+        """An unprivileged owner attaches: the thread heapsnap borrowed gets
+        its own scheduler settings back (slice, no reset-on-fork flag, which
+        only a privileged caller could clear again), and so do the threads
+        started from it (the loader, then the recorder's writer)."""
+        if os.geteuid() != 0:
+            self.skipTest("needs root to run the program and heapsnap as another user")
+        nobody = pwd.getpwnam("nobody")
+        as_nobody = ["setpriv", "--reuid=%d" % nobody.pw_uid, "--regid=%d" % nobody.pw_gid, "--clear-groups"]
+        home = tempfile.mkdtemp(prefix="heapsnap-nobody-")  # the test's own directory is root's, 0700
+        self.addCleanup(shutil.rmtree, home, True)
+        os.chown(home, nobody.pw_uid, nobody.pw_gid)
+
+        def scheduling(pid):
+            """Each thread's policy (with its flags) and slice."""
+            out = {}
+            for tid in sorted(os.listdir("/proc/%d/task" % pid)):
+                with open("/proc/%d/task/%s/sched" % (pid, tid)) as f:
+                    slice_ns = re.search(r"^se\.slice\s*:\s*(\d+)$", f.read(), re.M).group(1)
+                out[int(tid)] = (os.sched_getscheduler(int(tid)), int(slice_ns))
+            return out
+
+        bare = Bare(self, as_nobody + [program("attach_target")])
+        before = scheduling(bare.pid)
+        self.assertEqual(list(before), [bare.pid])
+        env = dict(os.environ, XDG_RUNTIME_DIR=home, HOME=home)
+        result = self.run_cmd(as_nobody + [HEAPSNAP, "attach", str(bare.pid), "-o", os.path.join(home, "t.hslog")],
+                              env=env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertRegex(result.stderr.splitlines()[1], ATTACHED)
+        after = scheduling(bare.pid)
+        self.assertEqual(len(after), 2, after)  # the program's thread and the writer
+        self.assertEqual(set(after.values()), set(before.values()))
+        result = self.run_cmd(as_nobody + [HEAPSNAP, "detach", str(bare.pid)], env=env)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(scheduling(bare.pid), before)
+        self.assertEqual(bare.finish(), (3, ""))
 
     # ---- refusals ------------------------------------------------------------
 
