@@ -21,6 +21,7 @@
 #include <exception>
 #include <fstream>
 #include <map>
+#include <functional>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -364,6 +365,12 @@ unw_accessors_t* paged_accessors() {
     return &accessors;
 }
 
+// libc's lock wait, as calloc calls it (Target::find_lock_call).
+struct LockWait {
+    uint64_t lock_wait = 0, lock_wait_end = 0;  // __lll_lock_wait_private's code
+    uint64_t lock_call = 0;                     // the return address after calloc's call of it
+};
+
 // Everything the injected calls change, saved to be put back.
 struct Saved {
     user_regs_struct regs{};
@@ -421,26 +428,8 @@ public:
     // Why the stopped thread `tid` may not run the recorder's start now,
     // or "" if it may (the rules in inject.h).
     std::string unsafe_reason(pid_t tid) {
-        void* upt = _UPT_create(tid);
-        if (!upt) return "its stack cannot be read";
-        PageReader pages(mem_);
-        g_unwind_pages = &pages;
-        unw_cursor_t cursor;
         std::vector<uint64_t> ips;
-        bool complete = false;
-        if (unw_init_remote(&cursor, space_, upt) == 0) {
-            for (int n = 0; n < 512; ++n) {
-                unw_word_t ip = 0;
-                unw_get_reg(&cursor, UNW_REG_IP, &ip);
-                ips.push_back(ip);
-                int step = unw_step(&cursor);
-                if (step == 0) complete = true;
-                if (step <= 0) break;
-            }
-        }
-        g_unwind_pages = nullptr;
-        _UPT_destroy(upt);
-        if (!complete) return "its stack cannot be unwound";
+        if (!stack_ips(tid, ips)) return ips.empty() ? "its stack cannot be read" : "its stack cannot be unwound";
         const Symbol* run_entry = nullptr;
         bool in_run = false;
         for (size_t i = 0; i < ips.size(); ++i) {
@@ -466,7 +455,78 @@ public:
         return "";
     }
 
+    // The stopped thread `tid` waits for its malloc arena's lock inside
+    // `calloc`, called by the injection (return address 0), and holds no
+    // lock: its stack is exactly __lll_lock_wait_private, in its futex
+    // wait, then calloc at a direct call of it, then the call's return
+    // address 0. `lock_call` is that call's return address, the only one
+    // in calloc's code (find_lock_call), so it is calloc's first lock,
+    // taken with nothing held.
+    bool waits_for_arena(pid_t tid, const user_regs_struct& regs, const LockWait& wait) {
+        if (regs.orig_rax != SYS_futex || (regs.rsi & 0x7f) != 0 /* FUTEX_WAIT */ || regs.rdx != 2) return false;
+        std::vector<uint64_t> ips;
+        // The return address 0 ends the stack; libunwind may step on past
+        // it, into whatever lies above.
+        bool complete = stack_ips(tid, ips);
+        if (ips.size() > 2 ? ips[2] != 0 : !(complete && ips.size() == 2)) return false;
+        return ips[0] >= wait.lock_wait && ips[0] < wait.lock_wait_end && ips[1] == wait.lock_call;
+    }
+
+    // Where libc's calloc calls __lll_lock_wait_private: the return address
+    // after its one direct call (E8 rel32) in calloc's code, or nullopt if
+    // there are none or several, or libc has no such functions.
+    std::optional<LockWait> find_lock_call(const std::string& libc) {
+        std::optional<uint64_t> base = base_of(maps_, libc);
+        const std::vector<Symbol>& syms = symbols(libc);
+        const Symbol *calloc_fn = nullptr, *wait_fn = nullptr;
+        for (const Symbol& sym : syms) {
+            if (sym.name == "calloc" && sym.size) calloc_fn = &sym;
+            if (sym.name == "__lll_lock_wait_private" && sym.size) wait_fn = &sym;
+        }
+        if (!base || !calloc_fn || !wait_fn || calloc_fn->size > 65536) return std::nullopt;
+        std::vector<uint8_t> code(calloc_fn->size);
+        if (!read(*base + calloc_fn->value, code.data(), code.size())) return std::nullopt;
+        std::optional<uint64_t> found;
+        for (size_t i = 0; i + 5 <= code.size(); ++i) {
+            if (code[i] != 0xe8) continue;
+            int32_t rel;
+            memcpy(&rel, &code[i + 1], sizeof rel);
+            uint64_t after = calloc_fn->value + i + 5;
+            if (after + static_cast<int64_t>(rel) != wait_fn->value) continue;
+            if (found) return std::nullopt;
+            found = *base + after;
+        }
+        if (!found) return std::nullopt;
+        return LockWait{*base + wait_fn->value, *base + wait_fn->value + wait_fn->size, *found};
+    }
+
 private:
+    // The stopped thread's return addresses, innermost first; false if the
+    // stack cannot be read (ips empty) or not unwound to its end.
+    bool stack_ips(pid_t tid, std::vector<uint64_t>& ips) {
+        ips.clear();
+        void* upt = _UPT_create(tid);
+        if (!upt) return false;
+        PageReader pages(mem_);
+        g_unwind_pages = &pages;
+        unw_cursor_t cursor;
+        bool complete = false;
+        if (unw_init_remote(&cursor, space_, upt) == 0) {
+            for (int n = 0; n < 512; ++n) {
+                unw_word_t ip = 0;
+                unw_get_reg(&cursor, UNW_REG_IP, &ip);
+                ips.push_back(ip);
+                int step = unw_step(&cursor);
+                if (step == 0) complete = true;
+                if (step <= 0) break;
+            }
+        }
+        g_unwind_pages = nullptr;
+        _UPT_destroy(upt);
+        if (ips.empty()) ips.push_back(0);
+        return complete;
+    }
+
     pid_t pid_;
     std::vector<Mapping> maps_;
     int mem_ = -1;
@@ -503,41 +563,49 @@ public:
     // Calls fn(args...) (at most six) in the thread with its stack pointer
     // at `sp`; returns rax.
     uint64_t call(uint64_t fn, std::initializer_list<uint64_t> args, uint64_t sp, Target& target) {
-        user_regs_struct r = saved_.regs;
-        sp &= ~uint64_t{15};
-        sp -= 8;
-        uint64_t zero = 0;
-        target.write(sp, &zero, sizeof zero);
-        r.rip = fn;
-        unsigned long long* in[] = {&r.rdi, &r.rsi, &r.rdx, &r.rcx, &r.r8, &r.r9};
-        size_t n = 0;
-        for (uint64_t a : args)
-            if (n < std::size(in)) *in[n++] = a;
-        r.rax = 0;
-        r.rsp = sp;
-        r.orig_rax = ~0ull;  // no system call to restart on these registers
-        if (ptrace(PTRACE_SETREGS, tid_, nullptr, &r) != 0)
-            throw Error(std::string("PTRACE_SETREGS: ") + strerror(errno));
+        start_call(fn, args, sp, target);
         int signal = 0;
         for (;;) {
-            if (ptrace(PTRACE_CONT, tid_, nullptr, reinterpret_cast<void*>(static_cast<long>(signal))) != 0)
-                throw Error(std::string("PTRACE_CONT: ") + strerror(errno));
+            resume(signal);
             int status = 0;
             if (waitpid(tid_, &status, __WALL) < 0) throw Error(std::string("waitpid: ") + strerror(errno));
-            if (WIFEXITED(status) || WIFSIGNALED(status)) {
-                gone_ = true;
-                throw Error("process " + pid_text(target.pid()) + " ended during the injection");
+            if (std::optional<uint64_t> rax = returned(status, signal, target)) return *rax;
+        }
+    }
+
+    // As call(), but each time the call has run kPatienceMs more without
+    // returning, the thread is interrupted and, if give_up(regs) says so,
+    // the call is abandoned: nullopt, the thread stopped where it was
+    // (release() puts its own state back).
+    std::optional<uint64_t> call_unless(uint64_t fn, std::initializer_list<uint64_t> args, uint64_t sp, Target& target,
+                                        const std::function<bool(const user_regs_struct&)>& give_up) {
+        constexpr double kPatienceMs = 1;
+        start_call(fn, args, sp, target);
+        int signal = 0;
+        bool interrupted = false;  // an interrupt asked for and not yet seen
+        for (;;) {
+            resume(signal);
+            double ask_at = now_ms() + kPatienceMs;
+            int status = 0;
+            for (;;) {
+                pid_t got = waitpid(tid_, &status, __WALL | (interrupted ? 0 : WNOHANG));
+                if (got < 0) throw Error(std::string("waitpid: ") + strerror(errno));
+                if (got == tid_) break;
+                if (now_ms() < ask_at) {
+                    timespec nap{0, 100000};
+                    nanosleep(&nap, nullptr);
+                    continue;
+                }
+                if (ptrace(PTRACE_INTERRUPT, tid_, nullptr, nullptr) != 0)
+                    throw Error(std::string("PTRACE_INTERRUPT: ") + strerror(errno));
+                interrupted = true;
             }
-            signal = 0;
-            if (status >> 16) continue;  // a group stop or another event: go on
-            int sig = WSTOPSIG(status);
-            if (sig == SIGSEGV) {
-                user_regs_struct after;
-                ptrace(PTRACE_GETREGS, tid_, nullptr, &after);
-                if (after.rip == 0) return after.rax;
-                throw Error("process " + pid_text(target.pid()) + " faulted in the injected call");
+            if ((status >> 16) == PTRACE_EVENT_STOP && interrupted) {
+                interrupted = false;
+                user_regs_struct now;
+                if (ptrace(PTRACE_GETREGS, tid_, nullptr, &now) == 0 && give_up(now)) return std::nullopt;
             }
-            signal = sig;  // not one of ours: delivered as it came
+            if (std::optional<uint64_t> rax = returned(status, signal, target)) return *rax;
         }
     }
 
@@ -559,6 +627,49 @@ public:
     int pending_signal = 0;  // a signal-delivery stop met instead of ours: delivered at release
 
 private:
+    void start_call(uint64_t fn, std::initializer_list<uint64_t> args, uint64_t sp, Target& target) {
+        user_regs_struct r = saved_.regs;
+        sp &= ~uint64_t{15};
+        sp -= 8;
+        uint64_t zero = 0;
+        target.write(sp, &zero, sizeof zero);
+        r.rip = fn;
+        unsigned long long* in[] = {&r.rdi, &r.rsi, &r.rdx, &r.rcx, &r.r8, &r.r9};
+        size_t n = 0;
+        for (uint64_t a : args)
+            if (n < std::size(in)) *in[n++] = a;
+        r.rax = 0;
+        r.rsp = sp;
+        r.orig_rax = ~0ull;  // no system call to restart on these registers
+        if (ptrace(PTRACE_SETREGS, tid_, nullptr, &r) != 0)
+            throw Error(std::string("PTRACE_SETREGS: ") + strerror(errno));
+    }
+
+    void resume(int signal) {
+        if (ptrace(PTRACE_CONT, tid_, nullptr, reinterpret_cast<void*>(static_cast<long>(signal))) != 0)
+            throw Error(std::string("PTRACE_CONT: ") + strerror(errno));
+    }
+
+    // The call's result if `status` is its end (the fault at return
+    // address 0); else nullopt, with the signal to resume with.
+    std::optional<uint64_t> returned(int status, int& signal, Target& target) {
+        if (WIFEXITED(status) || WIFSIGNALED(status)) {
+            gone_ = true;
+            throw Error("process " + pid_text(target.pid()) + " ended during the injection");
+        }
+        signal = 0;
+        if (status >> 16) return std::nullopt;  // a group stop or another event: go on
+        int sig = WSTOPSIG(status);
+        if (sig == SIGSEGV) {
+            user_regs_struct after;
+            ptrace(PTRACE_GETREGS, tid_, nullptr, &after);
+            if (after.rip == 0) return after.rax;
+            throw Error("process " + pid_text(target.pid()) + " faulted in the injected call");
+        }
+        signal = sig;  // not one of ours: delivered as it came
+        return std::nullopt;
+    }
+
     pid_t tid_;
     Saved saved_;
     bool released_ = false;
@@ -596,7 +707,7 @@ bool process_stopped(pid_t pid) {
 
 // libc's functions the injection calls, at their addresses in the process.
 struct LibcFunctions {
-    uint64_t mmap, munmap, pthread_create, pthread_self, pthread_detach, dlopen, dlerror;
+    uint64_t mmap, munmap, pthread_create, pthread_self, pthread_detach, dlopen, dlerror, calloc, free;
 };
 
 // What the recorder's start answered (heapsnap_attach_v1: 0 to 3), or
@@ -644,6 +755,7 @@ LoaderRegion map_loader(Stopped& thread, Target& target, const LibcFunctions& li
     head.dlopen = libc.dlopen;
     head.dlerror = libc.dlerror;
     head.munmap = libc.munmap;
+    head.free = libc.free;
     head.attach_offset = attach_offset;
     head.region = region;
     head.region_bytes = region_bytes;
@@ -738,7 +850,13 @@ struct Plan {
     std::string library;
     std::string settings;        // NAME=value strings, an empty one last
     uint64_t attach_offset = 0;  // heapsnap_attach_v1 in the library
+    // Set where pthread_create's calloc is libc's and its lock wait can be
+    // told apart (Target::find_lock_call): the arena is tried first.
+    std::optional<LockWait> arena_wait;
 };
+
+constexpr uint64_t kProbeBytes = 256;  // the calloc that tries the arena's lock
+constexpr const char* kArenaLocked = "another thread holds the lock of its malloc arena";
 
 // Steps 2 and 3 for the thread `tid`; nullopt if it is gone, or was let go
 // as unsafe (`why` then says why).
@@ -761,6 +879,26 @@ std::optional<Injected> try_thread(pid_t pid, pid_t tid, Target& target, const P
     LoaderRegion region =
         map_loader(thread, target, plan.libc, call_sp, plan.library, plan.settings, plan.attach_offset, brief.saved());
     if (region.start) {
+        // pthread_create callocs the new thread's TLS vector from this
+        // thread's malloc arena. Its lock may be held by a running thread
+        // that waits for a CPU, for tens of milliseconds; a calloc of the
+        // same arena tries it first, and is given up, with nothing held,
+        // if it waits (docs/design/attach.md). The loader thread frees it.
+        uint64_t probe = 0;
+        if (plan.arena_wait) {
+            std::optional<uint64_t> got = thread.call_unless(
+                plan.libc.calloc, {1, kProbeBytes}, call_sp, target,
+                [&](const user_regs_struct& regs) { return target.waits_for_arena(tid, regs, *plan.arena_wait); });
+            if (!got) {
+                thread.call(plan.libc.munmap, {region.start, region.bytes}, call_sp, target);
+                brief.restore();
+                thread.release();
+                why = kArenaLocked;
+                return std::nullopt;
+            }
+            probe = *got;
+            target.write(region.block + offsetof(LoaderBlock, probe), &probe, sizeof probe);
+        }
         if (thread.call(plan.libc.pthread_create, {top, 0, region.start, region.block}, call_sp, target) == 0) {
             brief.restore();
             thread.release();
@@ -770,6 +908,7 @@ std::optional<Injected> try_thread(pid_t pid, pid_t tid, Target& target, const P
         // No thread could be started (RLIMIT_NPROC, a seccomp filter): the
         // region goes, and the stopped thread loads the recorder itself.
         thread.call(plan.libc.munmap, {region.start, region.bytes}, call_sp, target);
+        if (probe) thread.call(plan.libc.free, {probe}, call_sp, target);
     }
     Outcome outcome =
         load_in_stopped_thread(thread, target, plan.libc, top, plan.library, plan.settings, plan.attach_offset, who);
@@ -782,27 +921,37 @@ std::optional<Injected> try_thread(pid_t pid, pid_t tid, Target& target, const P
 // the rest; rounds until one is safe.
 Injected borrow_a_thread(pid_t pid, Target& target, const Plan& plan) {
     ShortSlice own(0);
-    std::string last_reason;
-    unsigned tried = 0;
+    std::vector<std::string> reasons;  // the last round's, in the order tried
+    unsigned tried = 0, locked_rounds = 0;
     double give_up = now_ms() + 5000;
     while (now_ms() < give_up) {
         std::vector<std::pair<int, pid_t>> tids;
         for (pid_t tid : threads_of(pid)) tids.emplace_back(thread_class(pid, tid), tid);
         if (tids.empty()) throw AttachRefused(kExitNoProcess, "no process with PID " + pid_text(pid));
         std::stable_sort(tids.begin(), tids.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+        reasons.clear();
+        bool arena_locked = false;
         for (auto [kind, tid] : tids) {
             std::string why;
             if (std::optional<Injected> done = try_thread(pid, tid, target, plan, tried, why)) return *done;
             if (why.empty()) continue;  // gone meanwhile
-            last_reason = "thread " + pid_text(tid) + ": " + why;
+            reasons.push_back("thread " + pid_text(tid) + ": " + why);
+            arena_locked |= why == kArenaLocked;
             ++tried;
         }
-        timespec pause{0, 2000000};
+        // 2 ms between rounds; while an arena's lock stays held (its holder
+        // may wait for a CPU, or for I/O), twice as long each round, up to
+        // 64 ms, so that a thread is not stopped again and again meanwhile.
+        locked_rounds = arena_locked ? std::min(locked_rounds + 1, 6u) : 0;
+        timespec pause{0, 2000000L << (locked_rounds ? locked_rounds - 1 : 0)};
         nanosleep(&pause, nullptr);
     }
-    throw Error("process " + pid_text(pid) +
-                ": no thread could be stopped outside the allocator and the dynamic loader within 5 s (last: " +
-                last_reason + ")");
+    // The first three candidates' reasons: the likeliest threads.
+    constexpr size_t kShown = 3;
+    std::string why;
+    for (size_t i = 0; i < reasons.size() && i < kShown; ++i) why += (i ? "; " : "") + reasons[i];
+    if (reasons.size() > kShown) why += "; " + std::to_string(reasons.size() - kShown) + " more";
+    throw Error("process " + pid_text(pid) + ": no thread could load the recorder safely within 5 s (" + why + ")");
 }
 
 // Runs fn() on a thread of its own; returns what it returns, throws what
@@ -879,8 +1028,19 @@ Injected inject_recorder(pid_t pid, const std::string& library,
         return *libc_base + *value;
     };
     Plan plan;
-    plan.libc = {in_libc("mmap"),           in_libc("munmap"), in_libc("pthread_create"), in_libc("pthread_self"),
-                 in_libc("pthread_detach"), in_libc("dlopen"), in_libc("dlerror")};
+    plan.libc = {in_libc("mmap"),         in_libc("munmap"),         in_libc("pthread_create"),
+                 in_libc("pthread_self"), in_libc("pthread_detach"), in_libc("dlopen"),
+                 in_libc("dlerror"),      in_libc("calloc"),         in_libc("free")};
+    // ld.so callocs TLS vectors with the first calloc in the global scope:
+    // libc's, unless a module (jemalloc, the program) defines its own.
+    bool own_calloc = false;
+    for (const Mapping& m : target.maps()) {
+        if (m.path.empty() || m.path[0] != '/' || m.path == libc || is_loader(m.path) ||
+            basename_of(m.path) == "libheapsnap_preload.so")
+            continue;
+        if (symbol_value(target.symbols(m.path), "calloc")) own_calloc = true;
+    }
+    if (!own_calloc) plan.arena_wait = target.find_lock_call(libc);
     std::optional<uint64_t> attach_at = symbol_value(dynamic_functions(library), "heapsnap_attach_v1");
     if (!attach_at) throw Error(library + ": not a heapsnap recorder (no heapsnap_attach_v1)");
     plan.library = library;

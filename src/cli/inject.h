@@ -28,8 +28,11 @@
 //    with SIGSEGV at address 0, which ends the call; orig_rax = -1 keeps
 //    the kernel from restarting the interrupted system call on the call's
 //    registers. mmap maps the loader's region, which heapsnap fills in
-//    through /proc/PID/mem; pthread_create starts the loader thread on it
-//    (cli/loader_stub.h). Then the saved state goes back (the kernel
+//    through /proc/PID/mem; a calloc tries the lock of the thread's malloc
+//    arena, which pthread_create's allocation takes, and is given up, the
+//    thread let go, if the thread sleeps waiting for it (Target::
+//    waits_for_arena; the next round tries again); pthread_create starts
+//    the loader thread on the region (cli/loader_stub.h). Then the saved state goes back (the kernel
 //    restarts the system call as it would have) and the thread is let go:
 //    the stop lasted from PTRACE_INTERRUPT to PTRACE_DETACH, the time
 //    printed. The loader thread calls dlopen(path, RTLD_NOW) and

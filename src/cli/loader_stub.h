@@ -18,7 +18,8 @@
 //      and the recorder's writer thread, which it starts, inherits from it.
 //   1. mprotect(block, PROT_READ | PROT_WRITE); the code stays read-only
 //      and executable. Should it fail, the thread goes straight to 6.
-//   2. pthread_detach(pthread_self()).
+//   2. pthread_detach(pthread_self()); free(probe) if `probe` is not 0
+//      (the stopped thread's calloc that tried its arena's lock, inject.cpp).
 //   3. dlopen(path, RTLD_NOW); null: outcome kNotLoaded, dlerror()'s text
 //      left in `error_text` (the thread's own buffer, valid until it ends).
 //   4. heapsnap_attach_v1(settings, reply, kReplyBytes) at the link map's
@@ -63,6 +64,8 @@ struct LoaderBlock {
     int32_t read;           // in: heapsnap has read the outcome
     char name[16];          // the thread's name
     SchedAttributes sched;  // the borrowed thread's own settings; size 0: none
+    uint64_t free;          // libc's
+    uint64_t probe;         // a block to free, or 0
 };
 
 // The code, for a page of its own in the process; it starts at its

@@ -10,6 +10,13 @@
  *   threads N     -> "started N"         N threads allocate and free as
  *                                        fast as they can until `stop`
  *   stop          -> "stopped <n>"       n: 1 if every thread ran
+ *   hold-arena    -> "holding"           a thread fills stderr (a pipe
+ *                                        nobody reads yet), then calls
+ *                                        malloc_stats(), which writes to
+ *                                        stderr with the main arena's lock
+ *                                        held: it stays held until the
+ *                                        pipe is read
+ *   join-arena    -> "joined"            that thread joined
  *   quit / EOF    -> "bye", exit status 3
  * Only read(2)/write(2) for I/O: stdio would allocate.
  *
@@ -23,6 +30,7 @@
  * own PLT entry, as in Debian's python3 (src/recorder/definitions.h).
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -79,6 +87,25 @@ static void* churn(void* arg) {
     }
     for (int i = 0; i < 8; ++i) free(live[i]);
     rounds[index] = n;
+    return NULL;
+}
+
+static pthread_t arena_holder;
+static int holder_ready[2];
+
+/* Fills stderr until a write would block, then holds the main arena's
+ * lock in malloc_stats() until stderr is read. */
+static void* hold_arena(void* arg) {
+    (void)arg;
+    int flags = fcntl(2, F_GETFL);
+    fcntl(2, F_SETFL, flags | O_NONBLOCK);
+    static const char fill[4096] = {'x'};
+    while (write(2, fill, sizeof fill) > 0) {
+    }
+    fcntl(2, F_SETFL, flags);
+    char go = 1;
+    write(holder_ready[1], &go, 1);
+    malloc_stats();
     return NULL;
 }
 
@@ -149,6 +176,17 @@ int main(void) {
             }
             n_threads = 0;
             say_number("stopped ", all);
+        } else if (strcmp(line, "hold-arena") == 0) {
+            char go;
+            pipe(holder_ready);
+            pthread_create(&arena_holder, NULL, hold_arena, NULL);
+            read(holder_ready[0], &go, 1);
+            close(holder_ready[0]);
+            close(holder_ready[1]);
+            say("holding\n");
+        } else if (strcmp(line, "join-arena") == 0) {
+            pthread_join(arena_holder, NULL);
+            say("joined\n");
         } else if (strcmp(line, "quit") == 0) {
             break;
         } else {
