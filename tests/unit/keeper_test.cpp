@@ -8,7 +8,9 @@
 
 #include <string>
 #include <tuple>
+#include <vector>
 
+#include "format/framed_file.h"
 #include "log_test_util.h"
 #include "replay/checkpoint.h"
 #include "replay/keeper.h"
@@ -131,4 +133,66 @@ TEST_CASE("keeper: no hold for a marker whose client saved before the keeper rea
     CHECK_FALSE(keeper.holding());
     CHECK(keeper.saves() == 2);
     CHECK(load_checkpoint(LogFile{f.path})->position.offset == b.bytes().size());
+}
+
+TEST_CASE("checkpoint: a state that does not decode is dropped, and the log read from its start") {
+    LogBuilder b;
+    b.process();
+    for (uint32_t id = 1; id <= 50; ++id) b.stack(id, {{0, 0x1000 + id * 0x10}, {0, 0x9000}});
+    uint64_t t = 2000000, address = 0x100000;
+    churn(b, t, address, 2000);
+    b.frame();
+    b.marker(t += 1000, 1, "first", hslog::MarkerCause::Request);
+    b.frame();
+    churn(b, t, address, 1000);
+    b.marker(t += 1000, 2, "second", hslog::MarkerCause::Request);
+    b.frame();
+    TempFile f{b.write()};
+    snapshot_at(f.path, marker(1));  // leaves a checkpoint at marker 1
+    std::optional<Checkpoint> good = load_checkpoint(LogFile{f.path});
+    REQUIRE(good);
+    REQUIRE(good->state().size() > 16);
+
+    // The same file with its state cut short: the file's own checks
+    // (frame, fingerprint, position) pass, the state's decoding does not.
+    const FileKind kind{"HSNAPCKP", 6, "checkpoint"};
+    std::vector<uint8_t> body(good->body.begin(), good->body.begin() + good->state_offset + 8);
+    std::vector<uint8_t> file = encode_framed(f.path, kind, body);
+    const std::string checkpoint = checkpoint_path(f.path);
+    int fd = open(checkpoint.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW);
+    REQUIRE(fd >= 0);
+    REQUIRE(write(fd, file.data(), file.size()) == static_cast<ssize_t>(file.size()));
+    close(fd);
+    REQUIRE(load_checkpoint(LogFile{f.path}));
+
+    // stderr into a file for the warning.
+    TempFile said{b.write(std::vector<uint8_t>{})};
+    fflush(stderr);
+    int saved = dup(2);
+    int into = open(said.path.c_str(), O_RDWR | O_TRUNC | O_CLOEXEC);
+    REQUIRE(into >= 0);
+    dup2(into, 2);
+    Snapshot resumed = snapshot_at(f.path, marker(2));
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    std::string warning(4096, '\0');
+    ssize_t got = pread(into, warning.data(), warning.size(), 0);
+    close(into);
+    warning.resize(got > 0 ? static_cast<size_t>(got) : 0);
+    CAPTURE(warning);
+    CHECK(warning == "heapsnap: warning: " + f.path +
+                         ": the checkpoint's state does not decode; the log is read from its start\n");
+
+    setenv("HEAPSNAP_NO_CHECKPOINT", "1", 1);
+    Snapshot whole = snapshot_at(f.path, marker(2));
+    unsetenv("HEAPSNAP_NO_CHECKPOINT");
+    CHECK(resumed.marker.events == whole.marker.events);
+    CHECK(resumed.totals.live_bytes == whole.totals.live_bytes);
+    CHECK(resumed.totals.live_blocks == whole.totals.live_blocks);
+    CHECK(resumed.entries.size() == whole.entries.size());
+    // The replay from the start saved a good checkpoint in its place.
+    std::optional<Checkpoint> after = load_checkpoint(LogFile{f.path});
+    REQUIRE(after);
+    CHECK(after->state().size() > 16);
 }
