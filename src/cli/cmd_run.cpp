@@ -182,9 +182,11 @@ int run(const RunOptions& o) {
     if (!mkdtemp(dir_template))
         throw Error(std::string("cannot create a temporary directory: ") + std::strerror(errno));
     std::string dir = dir_template;
+    chmod(dir.c_str(), 0700);  // mkdtemp's mode passes through the umask
     std::string paths_file = dir + "/logs";
     int fd = open(paths_file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) throw Error(paths_file + ": " + std::strerror(errno));
+    fchmod(fd, 0600);  // the recorders append to it, whatever the umask
     close(fd);
 
     std::string preload = lib;

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -68,8 +69,16 @@ bool make_absolute(char* path, size_t cap) {
 // never depend on the offset.
 constexpr int kLogFlags = O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
 
-int create_log(char* path, size_t cap) {
+// Mode 0600 whatever the umask: one that takes the owner's write bit
+// would leave a log heapsnap refuses as not the user's own.
+int open_new(const char* path) {
     int fd = open(path, kLogFlags, 0600);
+    if (fd >= 0) fchmod(fd, 0600);
+    return fd;
+}
+
+int create_log(char* path, size_t cap) {
+    int fd = open_new(path);
     if (fd >= 0 || errno != EEXIST) return fd;
     size_t len = strlen(path);
     const char* dot = strrchr(path, '.');
@@ -91,7 +100,7 @@ int create_log(char* path, size_t cap) {
         while (k && m + 1 < sizeof candidate) candidate[m++] = num[--k];
         for (size_t j = 0; ext[j] && m + 1 < sizeof candidate; ++j) candidate[m++] = ext[j];
         candidate[m] = 0;
-        fd = open(candidate, kLogFlags, 0600);
+        fd = open_new(candidate);
         if (fd >= 0) {
             if (m + 1 <= cap) memcpy(path, candidate, m + 1);
             return fd;

@@ -7,7 +7,8 @@
 // so the path the launcher and snapshot clients are given stays valid
 // wherever the program moves afterwards.
 //
-// Creation. O_CREAT | O_EXCL | O_NOFOLLOW with mode 0600: the recorder
+// Creation. O_CREAT | O_EXCL | O_NOFOLLOW with mode 0600 (set again after
+// the open, whatever the umask took away): the recorder
 // never reuses, truncates or follows a file it did not just make, and
 // only the user can read the log. If the name is taken (a re-exec of the
 // same program with the same pid), -1, -2, ... up to -999 go before the

@@ -70,11 +70,15 @@ bool debuginfod_configured() {
     return urls && *urls;
 }
 
-// mkdir -p with mode 0700 for what is missing.
+// mkdir -p with mode 0700 for what is missing, whatever the umask.
+void make_dir(const std::string& dir) {
+    if (mkdir(dir.c_str(), 0700) == 0) chmod(dir.c_str(), 0700);
+}
+
 void make_dirs(const std::string& dir) {
     for (size_t slash = dir.find('/', 1); slash != std::string::npos; slash = dir.find('/', slash + 1))
-        mkdir(dir.substr(0, slash).c_str(), 0700);
-    mkdir(dir.c_str(), 0700);
+        make_dir(dir.substr(0, slash));
+    make_dir(dir);
 }
 
 }  // namespace

@@ -102,6 +102,7 @@ FileStamp write_file_atomically_at(int dir, const std::string& name, const std::
         if (fd < 0 && errno != EEXIST) break;
     }
     if (fd < 0) throw Error(shown + ": " + std::strerror(errno));
+    fchmod(fd, 0600);  // whatever the umask took away
     size_t done = 0;
     while (done < data.size()) {
         ssize_t w = write(fd, data.data() + done, data.size() - done);

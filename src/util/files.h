@@ -67,7 +67,8 @@ struct FileStamp {
 };
 FileStamp stamp_of(const struct stat& st);
 
-// Writes `data` to a fresh temporary file next to `path` (O_EXCL, 0600),
+// Writes `data` to a fresh temporary file next to `path` (O_EXCL, 0600
+// whatever the umask),
 // then renames it over `path`. Throws heapsnap::Error.
 void write_file_atomically(const std::string& path, const std::vector<uint8_t>& data);
 // The same for `name` in the directory `dir`: a directory renamed or

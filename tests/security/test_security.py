@@ -94,18 +94,44 @@ class FilesTest(HeapsnapTest):
         self.assertEqual(mode, 0o600, "%s has mode %o" % (path, mode))
 
     def test_created_owner_only_whatever_the_umask(self):
-        result = subprocess.run([HEAPSNAP, "run", "--", program("alloc_pattern")], cwd=self.tmp, capture_output=True,
-                                text=True, preexec_fn=zero_umask)
-        self.assertEqual(result.returncode, 0, result.stderr)
-        (log,) = self.logs_of(result.stderr)
-        self.assert_owner_only(log)
-        snap = self.path("a.hsnap")
-        r = subprocess.run([HEAPSNAP, "snapshot", log, "--at", "exit", "-o", snap], cwd=self.tmp, capture_output=True,
-                           text=True, preexec_fn=zero_umask)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        self.assert_owner_only(snap)
-        # The replay checkpoint next to the log (a cache) too.
-        self.assert_owner_only(log + ".checkpoint")
+        """0600 files in 0700 directories, with a umask of 0 and with one
+        that takes the owner's write bit (0277): logs, snapshots, the
+        replay checkpoint and the symbol cache."""
+        for umask in (0, 0o277):
+            with self.subTest(umask="%04o" % umask):
+                work = self.path("umask%o" % umask)
+                os.mkdir(work)
+                env = dict(os.environ, XDG_CACHE_HOME=os.path.join(work, "cache"))
+                env.pop("HEAPSNAP_SYMBOL_CACHE", None)
+                with_umask = lambda: os.umask(umask)  # noqa: E731
+                result = subprocess.run([HEAPSNAP, "run", "--", program("alloc_pattern")], cwd=work,
+                                        capture_output=True, text=True, preexec_fn=with_umask, env=env)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                (log,) = self.logs_of(result.stderr)
+                self.assert_owner_only(log)
+                snap = os.path.join(work, "a.hsnap")
+                r = subprocess.run([HEAPSNAP, "snapshot", log, "--at", "exit", "-o", snap], cwd=work,
+                                   capture_output=True, text=True, preexec_fn=with_umask, env=env)
+                self.assertEqual((r.returncode, r.stderr), (0, ""))
+                self.assert_owner_only(snap)
+                # The replay checkpoint next to the log (a cache) too.
+                self.assert_owner_only(log + ".checkpoint")
+                r = subprocess.run([HEAPSNAP, "report", snap], cwd=work, capture_output=True, text=True,
+                                   preexec_fn=with_umask, env=env)
+                self.assertEqual((r.returncode, r.stderr), (0, ""))
+                cache = os.path.join(work, "cache", "heapsnap")
+                entries = []
+                for top, dirs, files in os.walk(cache):
+                    mode = stat.S_IMODE(os.lstat(top).st_mode)
+                    self.assertEqual(mode, 0o700, "%s has mode %o" % (top, mode))
+                    entries += [os.path.join(top, f) for f in files]
+                self.assertTrue(entries, "no symbol cache under %s" % cache)
+                for entry in entries:
+                    self.assert_owner_only(entry)
+                # The second report reads the cache it left, silently.
+                r = subprocess.run([HEAPSNAP, "report", snap], cwd=work, capture_output=True, text=True,
+                                   preexec_fn=with_umask, env=env)
+                self.assertEqual((r.returncode, r.stderr), (0, ""))
 
     def plant(self, link, target):
         os.symlink(target, link)
