@@ -300,8 +300,24 @@ void SymbolCache::save(const ModuleRef& module, const ModuleSymbols& symbols) {
     prune();
 }
 
+namespace {
+
+// A temporary file of write_file_atomically_at ("NAME.tmpDIGITS") that a
+// command killed between its write and its rename left behind: the
+// caller's own, and untouched for an hour (a write under way is newer).
+bool stale_temporary(const std::string& name, const struct stat& st, const struct timespec& now) {
+    size_t at = name.rfind(std::string(kSuffix) + ".tmp");
+    if (at == std::string::npos) return false;
+    size_t digits = at + std::strlen(kSuffix) + 4;
+    if (digits == name.size() || name.find_first_not_of("0123456789", digits) != std::string::npos) return false;
+    return S_ISREG(st.st_mode) && st.st_uid == geteuid() && now.tv_sec - st.st_mtim.tv_sec > 3600;
+}
+
+}  // namespace
+
 // The cache's files by last use, and their total size; past
-// kMaxCacheBytes, the oldest go until three quarters are left.
+// kMaxCacheBytes, the oldest go until three quarters are left. Stale
+// temporary files go in any case.
 void SymbolCache::prune() {
     int listing = openat(dir_fd_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR* dir = listing >= 0 ? fdopendir(listing) : nullptr;  // which owns it then
@@ -316,12 +332,17 @@ void SymbolCache::prune() {
     };
     std::vector<File> files;
     uint64_t total = 0;
+    struct timespec now {};
+    clock_gettime(CLOCK_REALTIME, &now);
     while (dirent* entry = readdir(dir)) {
         std::string name = entry->d_name;
         struct stat st;
-        if (!name.ends_with(kSuffix) || fstatat(dirfd(dir), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-            !S_ISREG(st.st_mode))
+        if (fstatat(dirfd(dir), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (stale_temporary(name, st, now)) {
+            unlinkat(dirfd(dir), name.c_str(), 0);
             continue;
+        }
+        if (!name.ends_with(kSuffix) || !S_ISREG(st.st_mode)) continue;
         files.push_back(File{nanoseconds(st.st_mtim), static_cast<uint64_t>(st.st_size), name});
         total += static_cast<uint64_t>(st.st_size);
     }

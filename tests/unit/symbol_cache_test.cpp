@@ -273,3 +273,25 @@ TEST_CASE("symbol cache: past its size, the files used least recently go") {
     CHECK(f.files() == 2);
     CHECK(SymbolCache(f.cache).load(f.module));
 }
+
+TEST_CASE("symbol cache: temporary files a killed command left go after an hour") {
+    Fixture f;
+    SymbolCache(f.cache).save(f.module, f.symbols());
+    auto temporary = [&](const std::string& name, time_t age) {
+        std::string path = f.cache + "/" + name;
+        int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+        REQUIRE(fd >= 0);
+        struct timespec times[2] = {{time(nullptr) - age, 0}, {time(nullptr) - age, 0}};
+        REQUIRE(futimens(fd, times) == 0);
+        close(fd);
+        return path;
+    };
+    std::string stale = temporary("0a-1b.hssym.tmp1234567", 7200);
+    std::string fresh = temporary("0a-1c.hssym.tmp7654321", 60);
+    std::string other = temporary("0a-1d.hssym.tmpx", 7200);  // not one of heapsnap's names
+    SymbolCache(f.cache).save(f.module, f.symbols());
+    CHECK_FALSE(std::filesystem::exists(stale));
+    CHECK(std::filesystem::exists(fresh));
+    CHECK(std::filesystem::exists(other));
+    CHECK(SymbolCache(f.cache).load(f.module));
+}
