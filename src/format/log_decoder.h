@@ -69,8 +69,11 @@ public:
     uint64_t records() const { return records_; }
     uint64_t events() const { return events_; }
     void resume(const StreamPosition& at);
-    StreamPosition position(uint64_t offset) const {
-        return StreamPosition{offset, now_, addr_, thread_, stacks_, max_stack_, infos_.infos(), infos_.addressed()};
+    // The position after the last record decoded, the start of the frame at
+    // `offset`; ends the read (the allocation infos move into it).
+    StreamPosition take_position(uint64_t offset) {
+        return StreamPosition{
+            offset, now_, addr_, thread_, stacks_, max_stack_, infos_.take_infos(), infos_.addressed()};
     }
 
 protected:
@@ -260,7 +263,7 @@ ReadSummary read_log_as(const LogFile& log, Visitor& visitor, const StreamPositi
             if (!decoder.decode(frame.records, frame.offset)) {
                 summary.stopped = true;
                 summary.resumable = decoder.frame_done();
-                summary.resume = decoder.position(frame.end);
+                summary.resume = decoder.take_position(frame.end);
                 break;
             }
             last_end = frame.end;
@@ -273,7 +276,7 @@ ReadSummary read_log_as(const LogFile& log, Visitor& visitor, const StreamPositi
     summary.events = decoder.events();
     if (!summary.stopped && last_end) {
         summary.end_resumable = true;
-        summary.end = decoder.position(last_end);
+        summary.end = decoder.take_position(last_end);
     }
     return summary;
 }

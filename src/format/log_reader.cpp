@@ -394,7 +394,13 @@ struct LogFrames::State {
     MappedFile file;
     Progress progress;
     std::unique_ptr<ZSTD_DCtx, DctxFree> dctx{ZSTD_createDCtx()};
-    std::vector<uint8_t> payload;
+    // The frame being decoded. Replaced, never grown, when a frame is
+    // larger: its old bytes are not wanted, and neither copying them nor
+    // zeroing the new buffer is free (every page a fault on a fresh
+    // process). Room for a whole frame of the writer's at once; the pages
+    // a smaller frame leaves untouched are never faulted in.
+    std::unique_ptr<uint8_t[]> payload;
+    size_t capacity = 0;
     size_t offset = hslog::kHeaderSize;
 };
 
@@ -450,8 +456,12 @@ bool LogFrames::next(Frame& out, uint64_t events) {
     if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN || content > hslog::kMaxFramePayload)
         throw Error(path + ": corrupt log: bad frame header at byte " + std::to_string(offset));
     budget_take_volume(content);
-    s.payload.resize(content);
-    size_t got = ZSTD_decompressDCtx(s.dctx.get(), s.payload.data(), s.payload.size(), frame, frame_size);
+    if (content > s.capacity) {
+        s.payload.reset();
+        s.capacity = std::max<size_t>(content, hslog::kFramePayload);
+        s.payload = std::make_unique_for_overwrite<uint8_t[]>(s.capacity);
+    }
+    size_t got = ZSTD_decompressDCtx(s.dctx.get(), s.payload.get(), content, frame, frame_size);
     if (ZSTD_isError(got) || got != content)
         throw Error(path + ": corrupt log: frame at byte " + std::to_string(offset) + " does not decompress (" +
                     ZSTD_getErrorName(got) + ")");
@@ -461,7 +471,7 @@ bool LogFrames::next(Frame& out, uint64_t events) {
     // The frame counts as read once its records are handed out: a
     // corrupt record in it throws, and a stop inside it is not resumable.
     summary_.bytes_read = s.offset;
-    out = Frame{s.payload, offset, s.offset};
+    out = Frame{std::span<const uint8_t>(s.payload.get(), content), offset, s.offset};
     return true;
 }
 

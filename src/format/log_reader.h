@@ -274,6 +274,7 @@ public:
 
     // The state a checkpoint keeps. Entry 0 of infos() is a placeholder.
     const std::vector<AllocInfo>& infos() const { return infos_; }
+    std::vector<AllocInfo> take_infos() { return std::move(infos_); }
     std::vector<uint64_t> addressed() const;
     // False if the state is inconsistent (an address twice, or 0).
     bool restore(std::vector<AllocInfo> infos, const std::vector<uint64_t>& addressed);
