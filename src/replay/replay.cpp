@@ -44,14 +44,14 @@ void Replay::on_thread_exit(uint32_t thread, uint64_t time_ns) {
 void Replay::grow_stack_totals(uint32_t stack) {
     size_t size = std::max<size_t>(stack + 1, per_stack_.size() * 2);
     charge_.take((size - per_stack_.size()) * sizeof(StackTotals) * 2, "stacks");
-    per_stack_.resize(size);
+    per_stack_.grow(size);
 }
 
 void Replay::grow_infos(uint32_t info) {
     // Ids come from the reader, which numbers them 1, 2, 3... (AllocInfos).
     size_t size = std::max<size_t>(info + 1, infos_.size() * 2);
     charge_.take((size - infos_.size()) * sizeof(InfoState) * 2, "allocation infos");
-    infos_.resize(size);
+    infos_.grow(size);
 }
 
 void Replay::first_sight(InfoState& s, uint64_t size, uint32_t stack) {

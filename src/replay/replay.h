@@ -51,6 +51,7 @@
 #include "util/flat_map.h"
 #include "util/pod_array.h"
 #include "util/read_budget.h"
+#include "util/zeroed_table.h"
 
 namespace heapsnap {
 
@@ -208,11 +209,11 @@ private:
     PodArray<LiveBlock> blocks_;                // the pool, by slot; slot 0 is never used
     uint32_t free_slot_ = 0;                    // first free slot, the others chained through `below`
     uint32_t last_added_ = 0;                   // slot of the latest block added
-    std::vector<InfoState> infos_;              // by info id
+    ZeroedTable<InfoState> infos_;              // by info id
     FlatMap<uint32_t> block_address_;           // address -> slot, for the blocks the log names by address
     FlatMap<AddressedBlock> addressed_;         // slot -> size, stack, weight of those
     std::map<uint64_t, LiveMapping> mappings_;  // by start address
-    std::vector<StackTotals> per_stack_;        // by stack id
+    ZeroedTable<StackTotals> per_stack_;        // by stack id
     StackTable stacks_;
     uint64_t stacks_prepaid_ = 0;  // charged for stacks not defined yet
     std::map<uint32_t, SnapshotModule> modules_;
