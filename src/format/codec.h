@@ -17,6 +17,10 @@
 #include <cstring>
 #include <string_view>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace heapsnap::codec {
 
 // The longest encoding of a 64-bit varint.
@@ -152,6 +156,11 @@ public:
     void skip_varints(uint64_t n) {
         constexpr uint64_t kTops = 0x8080808080808080ull;
         uint64_t run = 0;
+#if defined(__SSE2__)
+        while (n && remaining() >= 64 && skip_varints_in_64(n, run)) {
+        }
+        if (!n) return;
+#endif
         if constexpr (std::endian::native == std::endian::little) {
             while (n && remaining() >= 8) {
                 uint64_t x;
@@ -188,6 +197,55 @@ public:
             }
         }
     }
+
+#if defined(__SSE2__)
+    // skip_varints on the next 64 bytes: their top bits as a 64-bit mask of
+    // continuation bytes (one SSE2 instruction per 16), the ends counted per
+    // byte of the mask and summed with one multiplication, a run of
+    // kMaxVarint continuation bytes found with four shifts. Steps over the
+    // block and returns true while more ends are wanted; stops on the n-th
+    // end (n becomes 0); returns false without moving where a varint is
+    // too long, for the bytewise loop to fail at the same byte.
+    bool skip_varints_in_64(uint64_t& n, uint64_t& run) {
+        auto top_bits = [&](int at) {
+            __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pos_ + at));
+            return static_cast<uint64_t>(static_cast<uint16_t>(_mm_movemask_epi8(v))) << at;
+        };
+        uint64_t more = top_bits(0) | top_bits(16) | top_bits(32) | top_bits(48);  // bit i: byte i goes on
+        uint64_t ends = ~more;
+        uint64_t c = ends - ((ends >> 1) & 0x5555555555555555ull);
+        c = (c & 0x3333333333333333ull) + ((c >> 2) & 0x3333333333333333ull);
+        c = (c + (c >> 4)) & 0x0f0f0f0f0f0f0f0full;
+        uint64_t upto = c * 0x0101010101010101ull;  // byte i: the ends in mask bytes 0..i
+        uint64_t total = upto >> 56;
+        uint64_t last = 63;  // the last byte that counts
+        uint64_t counted = more;
+        if (total >= n) {
+            // The first byte of `upto` that reaches n (bytes are at most 64:
+            // no borrow crosses one), then the end in that byte.
+            uint64_t reached = ((upto | 0x8080808080808080ull) - n * 0x0101010101010101ull) & 0x8080808080808080ull;
+            int lane = std::countr_zero(reached) / 8;
+            uint64_t before = lane ? (upto >> (8 * (lane - 1))) & 0xff : 0;
+            uint64_t bits = (ends >> (8 * lane)) & 0xff;
+            for (uint64_t i = before + 1; i < n; ++i) bits &= bits - 1;
+            last = 8 * static_cast<uint64_t>(lane) + static_cast<uint64_t>(std::countr_zero(bits));
+            counted = last == 63 ? more : more & ((uint64_t{2} << last) - 1);
+        }
+        uint64_t two = counted & (counted >> 1);  // bit i: bytes i to i+1 go on
+        uint64_t eight = two & (two >> 2);
+        eight &= eight >> 4;
+        if (run + static_cast<uint64_t>(std::countr_one(counted)) >= kMaxVarint || (eight & (two >> 8))) return false;
+        if (total >= n) {
+            pos_ += last + 1;
+            n = 0;
+            return false;
+        }
+        n -= total;
+        run = static_cast<uint64_t>(std::countl_one(more));
+        pos_ += 64;
+        return true;
+    }
+#endif
 
     // Marks the input corrupt (a field decoded but its value is impossible).
     void invalidate() { fail(); }

@@ -76,6 +76,45 @@ TEST_CASE("skip_varints: ends where as many varint() calls end, and fails where 
     }
 }
 
+TEST_CASE("skip_varints: long runs, 64 bytes at a time, agree with varint() to the byte") {
+    // Stack records of up to 512 frames: hundreds of varints, mostly short,
+    // some 10 bytes long, and in some rounds one of 11 (malformed) at a
+    // random place, which may straddle a 64-byte block; cut anywhere, and
+    // skipped from several starting offsets so every alignment is seen.
+    uint64_t seed = 777;
+    auto next = [&] {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        return seed >> 33;
+    };
+    for (int round = 0; round < 600; ++round) {
+        std::vector<uint8_t> buf;
+        int varints = 1 + static_cast<int>(next() % 1024);
+        int bad = round % 4 == 0 ? static_cast<int>(next() % static_cast<uint64_t>(varints)) : -1;
+        for (int i = 0; i < varints; ++i) {
+            uint64_t pick = next() % 16;
+            int length = i == bad ? 11 : pick < 10 ? 1 + static_cast<int>(pick % 3) : static_cast<int>(pick - 5);
+            for (int b = 1; b < length; ++b) buf.push_back(static_cast<uint8_t>(0x80 | next()));
+            buf.push_back(static_cast<uint8_t>(next() & 0x7f));
+        }
+        size_t cut = round % 3 == 0 ? static_cast<size_t>(next() % (buf.size() + 1)) : buf.size();
+        size_t start = 0;
+        for (int i = 0; i < static_cast<int>(next() % 4) && start < cut; ++i) {  // a few varints in
+            Reader r(buf.data() + start, cut - start);
+            r.varint();
+            if (!r.ok()) break;
+            start = static_cast<size_t>(r.position() - buf.data());
+        }
+        for (uint64_t n : {uint64_t{1}, uint64_t{7}, uint64_t{64}, uint64_t{65}, next() % 1100, uint64_t{1100}}) {
+            if (n == 0) continue;
+            Reader one(buf.data() + start, cut - start), all(buf.data() + start, cut - start);
+            for (uint64_t i = 0; i < n && one.ok(); ++i) one.varint();
+            all.skip_varints(n);
+            CHECK(all.ok() == one.ok());
+            CHECK(all.remaining() == one.remaining());
+        }
+    }
+}
+
 TEST_CASE("zigzag: signed deltas") {
     CHECK(zigzag(0) == 0);
     CHECK(zigzag(-1) == 1);
