@@ -69,6 +69,7 @@ public:
     uint64_t records() const { return records_; }
     uint64_t events() const { return events_; }
     void resume(const StreamPosition& at);
+    void reserve_for(uint64_t file_bytes) { infos_.reserve_for(file_bytes); }
     // The position after the last record decoded, the start of the frame at
     // `offset`; ends the read (the allocation infos move into it).
     StreamPosition take_position(uint64_t offset) {
@@ -255,7 +256,10 @@ ReadSummary read_log_as(const LogFile& log, Visitor& visitor, const StreamPositi
     ReadSummary summary;
     LogFrames frames(log, summary, from);
     RecordDecoder<Visitor> decoder(path, visitor, summary);
-    if (from) decoder.resume(*from);
+    if (from)
+        decoder.resume(*from);
+    else
+        decoder.reserve_for(summary.file_bytes);
     LogFrames::Frame frame;
     uint64_t last_end = 0;  // of the last frame decoded whole
     try {

@@ -18,6 +18,7 @@
 // throws heapsnap::Error naming the byte offset.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -266,6 +267,16 @@ public:
         infos_[id].live--;
         return true;
     }
+    // Address space for the infos a log of `file_bytes` bytes may define,
+    // so that the table does not grow by copying itself: a new info is an
+    // Alloc record of a new triple, and none seen has taken fewer than 16
+    // bytes of the file. The pages are faulted in only as infos are
+    // defined.
+    void reserve_for(uint64_t file_bytes) {
+        infos_.reserve(static_cast<size_t>(std::min<uint64_t>(file_bytes / 16, kMaxReserved)));
+    }
+    static constexpr size_t kMaxReserved = size_t{1} << 22;
+
     // False if a live addressed block already has `address` (the writer
     // frees a block whose free it missed before reusing its address).
     bool alloc_at(uint64_t address) { return addressed_.insert(address, 1); }
