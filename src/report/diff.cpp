@@ -4,6 +4,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <charconv>
+#include <cstring>
+#include <stdexcept>
+#include <string_view>
 #include <map>
 #include <tuple>
 
@@ -110,60 +115,174 @@ std::string frame_label(const SymbolFrame& f) {
     return fmt::format("{}+0x{:x}", basename_of(f.module), f.offset);
 }
 
-uint32_t FrameKeys::intern(const SymbolFrame& frame) {
-    // With the separator the keys of a stack were once joined by: ranks
-    // order key sequences as those joined texts compared.
-    auto [it, fresh] = ids_.try_emplace(frame_key(frame) + "\x1e", static_cast<uint32_t>(texts_.size()));
-    if (fresh) texts_.push_back(&it->first);
-    return it->second;
+namespace {
+
+// A frame's identity text (compare_frame_identities) as pieces, the
+// numbers written into the object itself: not to be copied.
+class IdentityText {
+public:
+    explicit IdentityText(const SymbolFrame& f) {
+        if (!f.function.empty()) {
+            char* end = std::to_chars(number_, number_ + sizeof number_, f.line).ptr;
+            pieces_ = {"F\x1f", f.function,
+                       "\x1f",  f.file,
+                       "\x1f",  std::string_view(number_, end - number_),
+                       "\x1f",  f.inlined ? "1" : "0",
+                       "\x1e"};
+            count_ = 9;
+        } else {
+            char* end = std::to_chars(number_, number_ + sizeof number_, f.offset, 16).ptr;
+            pieces_ = {"A\x1f", f.module, "\x1f", std::string_view(number_, end - number_), "\x1e"};
+            count_ = 5;
+        }
+    }
+    IdentityText(const IdentityText&) = delete;
+    IdentityText& operator=(const IdentityText&) = delete;
+
+    // As the concatenated texts compare (bytes unsigned, a prefix first).
+    int compare(const IdentityText& o) const {
+        size_t i = 0, at = 0, j = 0, o_at = 0;
+        for (;;) {
+            while (i < count_ && at == pieces_[i].size()) ++i, at = 0;
+            while (j < o.count_ && o_at == o.pieces_[j].size()) ++j, o_at = 0;
+            if (i == count_ || j == o.count_) return (i == count_ ? 0 : 1) - (j == o.count_ ? 0 : 1);
+            size_t n = std::min(pieces_[i].size() - at, o.pieces_[j].size() - o_at);
+            if (int c = std::memcmp(pieces_[i].data() + at, o.pieces_[j].data() + o_at, n)) return c < 0 ? -1 : 1;
+            at += n;
+            o_at += n;
+        }
+    }
+
+    // FNV-1a over the text's bytes.
+    uint64_t hash() const {
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (size_t i = 0; i < count_; ++i)
+            for (char c : pieces_[i]) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+        return h;
+    }
+
+private:
+    std::array<std::string_view, 9> pieces_;
+    size_t count_ = 0;
+    char number_[24];
+};
+
+}  // namespace
+
+int compare_frame_identities(const SymbolFrame& a, const SymbolFrame& b) {
+    return IdentityText(a).compare(IdentityText(b));
 }
 
-std::vector<uint32_t> FrameKeys::identity_ranks() const {
-    std::vector<uint32_t> by_text(texts_.size());
+uint64_t frame_identity_hash(const SymbolFrame& frame) { return IdentityText(frame).hash(); }
+
+uint32_t FrameIdentities::intern(const SymbolFrame& frame) {
+    uint64_t h = frame_identity_hash(frame);
+    bool fresh = false;
+    uint32_t* first = first_.slot(h ? h : 1, &fresh);
+    if (!fresh)
+        for (uint32_t id = *first; id != kNone; id = next_[id])
+            if (compare_frame_identities(*frames_[id], frame) == 0) return id;
+    auto id = static_cast<uint32_t>(frames_.size());
+    frames_.push_back(&frame);
+    next_.push_back(fresh ? kNone : *first);
+    *first = id;
+    return id;
+}
+
+std::vector<uint32_t> FrameIdentities::ranks() const {
+    std::vector<uint32_t> by_text(frames_.size());
     for (uint32_t id = 0; id < by_text.size(); ++id) by_text[id] = id;
-    std::sort(by_text.begin(), by_text.end(), [&](uint32_t a, uint32_t b) { return *texts_[a] < *texts_[b]; });
-    std::vector<uint32_t> rank(texts_.size());
+    std::sort(by_text.begin(), by_text.end(),
+              [&](uint32_t a, uint32_t b) { return compare_frame_identities(*frames_[a], *frames_[b]) < 0; });
+    std::vector<uint32_t> rank(frames_.size());
     for (uint32_t r = 0; r < by_text.size(); ++r) rank[by_text[r]] = r;
     return rank;
 }
 
-size_t SiteIndex::Hash::operator()(const std::vector<uint32_t>& v) const {
-    uint64_t h = v.size();
-    for (uint32_t x : v) h = (h ^ x) * 0x9e3779b97f4a7c15ull;
-    return static_cast<size_t>(h ^ h >> 29);
+uint32_t SiteIndex::identity(uint32_t frame_id) {
+    if (frame_id >= identity_of_.size())
+        identity_of_.resize(std::max<size_t>(frame_id + 1, tree_.frame_count()), kNone);
+    uint32_t& id = identity_of_[frame_id];
+    if (id == kNone) id = identities_.intern(tree_.frame(frame_id));
+    return id;
 }
 
-size_t SiteIndex::find_or_add(const std::vector<uint32_t>& keys, EntryKind kind, bool* fresh) {
-    std::vector<uint32_t> full;
-    full.reserve(keys.size() + 1);
-    full.assign(keys.begin(), keys.end());
-    full.push_back(static_cast<uint32_t>(kind));
-    auto [it, added] = index_.try_emplace(std::move(full), sites_.size());
-    if (added) sites_.push_back(&it->first);
-    *fresh = added;
-    return it->second;
+bool SiteIndex::same_identities(CallTree::Node a, CallTree::Node b) const {
+    for (; a != CallTree::kRoot && b != CallTree::kRoot; a = tree_.parent(a), b = tree_.parent(b))
+        if (identity_of_[tree_.frame_id(a)] != identity_of_[tree_.frame_id(b)]) return false;
+    return a == b;
 }
 
-std::vector<size_t> SiteIndex::identity_order(const FrameKeys& keys) const {
-    std::vector<uint32_t> rank = keys.identity_ranks();
+size_t SiteIndex::find_or_add(CallTree::Node node, EntryKind kind, bool* fresh) {
+    uint64_t h = static_cast<uint64_t>(kind) + 1;
+    for (CallTree::Node n = node; n != CallTree::kRoot; n = tree_.parent(n))
+        h = (h ^ identity(tree_.frame_id(n))) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 29;
+    bool added = false;
+    uint32_t* first = first_.slot(h ? h : 1, &added);
+    if (!added)
+        for (uint32_t at = *first; at != kNone; at = sites_[at].next)
+            if (sites_[at].kind == kind && (sites_[at].node == node || same_identities(sites_[at].node, node))) {
+                *fresh = false;
+                return at;
+            }
+    if (sites_.size() >= kNone) throw std::length_error("too many call sites");
+    auto at = static_cast<uint32_t>(sites_.size());
+    sites_.push_back(Site{node, kind, added ? kNone : *first});
+    *first = at;
+    *fresh = true;
+    return at;
+}
+
+std::vector<size_t> SiteIndex::identity_order() const {
+    std::vector<uint32_t> rank = identities_.ranks();
+    // The first four frames' ranks (plus one; 0 past the end) as one key,
+    // which decides most comparisons without walking the tree.
+    std::vector<std::pair<uint64_t, uint64_t>> head(sites_.size());
+    for (size_t i = 0; i < sites_.size(); ++i) {
+        uint64_t r[4] = {0, 0, 0, 0};
+        CallTree::Node n = sites_[i].node;
+        for (int k = 0; k < 4 && n != CallTree::kRoot; ++k, n = tree_.parent(n))
+            r[k] = uint64_t{rank[identity_of_[tree_.frame_id(n)]]} + 1;
+        head[i] = {r[0] << 32 | r[1], r[2] << 32 | r[3]};
+    }
     std::vector<size_t> order(sites_.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::sort(order.begin(), order.end(), [&](size_t x, size_t y) {
-        const std::vector<uint32_t>& a = *sites_[x];
-        const std::vector<uint32_t>& b = *sites_[y];
-        size_t na = a.size() - 1, nb = b.size() - 1;  // the kind is last
-        for (size_t i = 0; i < na && i < nb; ++i)
-            if (a[i] != b[i]) return rank[a[i]] < rank[b[i]];
-        if (na != nb) return na < nb;
-        return a[na] < b[nb];
+        if (head[x] != head[y]) return head[x] < head[y];
+        CallTree::Node a = sites_[x].node, b = sites_[y].node;
+        for (; a != CallTree::kRoot && b != CallTree::kRoot; a = tree_.parent(a), b = tree_.parent(b)) {
+            uint32_t ia = identity_of_[tree_.frame_id(a)], ib = identity_of_[tree_.frame_id(b)];
+            if (ia != ib) return rank[ia] < rank[ib];
+        }
+        if (a != b) return a == CallTree::kRoot;  // a prefix first
+        return sites_[x].kind < sites_[y].kind;
     });
     return order;
 }
 
 StackSymbols::StackSymbols(const Snapshot& snapshot, Symbolizer& symbolizer, const std::vector<std::regex>& exclude,
-                           const StackTable* more)
-    : snapshot_(snapshot), symbolizer_(symbolizer), exclude_(exclude), more_(more) {
+                           CallTree& tree, const StackTable* more)
+    : snapshot_(&snapshot), symbolizer_(symbolizer), exclude_(exclude), tree_(tree), more_(more) {
     for (const SnapshotModule& m : snapshot.modules) modules_[m.record.id] = &m;
+}
+
+void StackSymbols::use(const Snapshot& snapshot, const StackTable* more) {
+    std::unordered_map<uint32_t, const SnapshotModule*> modules;
+    for (const SnapshotModule& m : snapshot.modules) modules[m.record.id] = &m;
+    bool same = modules.size() == modules_.size();
+    for (auto it = modules.begin(); same && it != modules.end(); ++it) {
+        auto was = modules_.find(it->first);
+        same = was != modules_.end() && was->second->record.path == it->second->record.path &&
+               was->second->record.build_id == it->second->record.build_id;
+    }
+    if (!same) {
+        ids_of_packed_ = FlatMap<uint64_t>();
+        ids_of_raw_.clear();
+    }
+    modules_ = std::move(modules);
+    snapshot_ = &snapshot;
+    more_ = more;
 }
 
 std::vector<SymbolFrame> StackSymbols::symbolized(const StackFrame& raw) const {
@@ -200,18 +319,17 @@ std::vector<SymbolFrame> StackSymbols::symbolized(const StackFrame& raw) const {
     return out;
 }
 
-std::vector<uint32_t> StackSymbols::frame_ids(uint32_t stack) {
-    std::vector<uint32_t> ids;
+CallTree::Node StackSymbols::node(uint32_t stack) {
     const std::vector<StackFrame>* raws = nullptr;
-    if (auto it = snapshot_.stacks.find(stack); it != snapshot_.stacks.end()) {
+    if (auto it = snapshot_->stacks.find(stack); it != snapshot_->stacks.end()) {
         raws = &it->second;
     } else if (more_ && more_->contains(stack)) {
         more_->decode(stack, decoded_);
         raws = &decoded_;
     } else {
-        return ids;
+        return CallTree::kRoot;
     }
-    ids.reserve(raws->size());
+    ids_.clear();
     for (const StackFrame& raw : *raws) {
         bool fresh = false;
         uint64_t* known = nullptr;
@@ -225,27 +343,27 @@ std::vector<uint32_t> StackSymbols::frame_ids(uint32_t stack) {
         if (fresh) {
             std::vector<SymbolFrame> frames = symbolized(raw);
             budget_take_memory(64 + frames.size() * kSymbolFrameBytes, "symbolized frames");
-            *known = uint64_t{static_cast<uint32_t>(frames_.size())} << 32 | frames.size();
-            for (SymbolFrame& f : frames) frames_.push_back(&table_->emplace_back(std::move(f)));
+            *known = uint64_t{static_cast<uint32_t>(tree_.frame_count())} << 32 | frames.size();
+            for (SymbolFrame& f : frames) tree_.add_frame(std::move(f));
         }
         auto first = static_cast<uint32_t>(*known >> 32);
         auto count = static_cast<uint32_t>(*known);
-        for (uint32_t i = 0; i < count; ++i) ids.push_back(first + i);
+        for (uint32_t i = 0; i < count; ++i) ids_.push_back(first + i);
     }
-    return ids;
-}
-
-FrameList StackSymbols::list(const std::vector<uint32_t>& ids) const {
-    std::vector<const SymbolFrame*> frames;
-    frames.reserve(ids.size());
-    for (uint32_t id : ids) frames.push_back(frames_[id]);
-    return FrameList(table_, std::move(frames));
-}
-
-uint32_t StackSymbols::key(uint32_t id, FrameKeys& keys) {
-    if (id >= key_of_.size()) key_of_.resize(std::max<size_t>(id + 1, frames_.size()), UINT32_MAX);
-    if (key_of_[id] == UINT32_MAX) key_of_[id] = keys.intern(*frames_[id]);
-    return key_of_[id];
+    size_t before = tree_.size();
+    CallTree::Node node = CallTree::kRoot;
+    size_t depth = 0;
+    for (auto it = ids_.rbegin(); it != ids_.rend(); ++it, ++depth) {
+        if (depth < path_.size() && path_[depth].first == *it) {
+            node = path_[depth].second;
+            continue;
+        }
+        node = tree_.child(node, *it);
+        path_.resize(depth);
+        path_.emplace_back(*it, node);
+    }
+    budget_take_memory((tree_.size() - before) * CallTree::kBytesPerNode, "call sites");
+    return node;
 }
 
 DiffResult diff(const Snapshot& old_snap, const Snapshot& new_snap, const DiffOptions& options,
@@ -258,32 +376,27 @@ DiffResult diff(const Snapshot& old_snap, const Snapshot& new_snap, const DiffOp
     // Whole stacks by their frames' identities; the other groupings by the
     // text of their one frame's.
     std::vector<Group> groups;
-    FrameKeys keys;
-    SiteIndex stacks;
+    auto tree = std::make_shared<CallTree>();
+    SiteIndex stacks(*tree);
     std::map<std::pair<std::string, EntryKind>, size_t> by_text;
     auto add = [&](const Snapshot& snap, bool is_new) {
-        StackSymbols symbols(snap, symbolizer, options.exclude);
-        std::vector<uint32_t> key_ids;
+        StackSymbols symbols(snap, symbolizer, options.exclude, *tree);
         for (const SnapshotEntry& e : snap.entries) {
-            std::vector<uint32_t> ids = symbols.frame_ids(e.stack);
+            CallTree::Node node = symbols.node(e.stack);
             size_t at = 0;
             bool fresh = false;
             if (options.group_by == GroupBy::Stack) {
-                key_ids.clear();
-                for (uint32_t id : ids) key_ids.push_back(symbols.key(id, keys));
-                at = stacks.find_or_add(key_ids, e.kind, &fresh);
+                at = stacks.find_or_add(node, e.kind, &fresh);
                 if (fresh) {
-                    budget_take_memory(64 + key_ids.size() * sizeof(uint32_t), "call sites");
-                    groups.push_back(Group{e.kind, symbols.list(ids), {}, {}});
+                    budget_take_memory(sizeof(Group), "call sites");
+                    groups.push_back(Group{e.kind, FrameList(tree, node), {}, {}});
                 }
             } else {
                 const SymbolFrame* site = nullptr;
-                for (uint32_t id : ids)
-                    if (!is_allocation_frame(symbols.frame(id))) {
-                        site = &symbols.frame(id);
-                        break;
-                    }
-                if (!site && !ids.empty()) site = &symbols.frame(ids.back());
+                for (CallTree::Node n = node; n != CallTree::kRoot; n = tree->parent(n)) {
+                    site = &tree->frame_at(n);
+                    if (!is_allocation_frame(*site)) break;
+                }
                 std::vector<SymbolFrame> shown;
                 std::string key = group_key(site, options.group_by, &shown);
                 auto [it, inserted] = by_text.try_emplace({key, e.kind}, groups.size());
@@ -300,10 +413,11 @@ DiffResult diff(const Snapshot& old_snap, const Snapshot& new_snap, const DiffOp
     };
     add(old_snap, false);
     add(new_snap, true);
+    tree->seal();
 
     std::vector<size_t> order;
     if (options.group_by == GroupBy::Stack) {
-        order = stacks.identity_order(keys);
+        order = stacks.identity_order();
     } else {
         for (const auto& [key, at] : by_text) order.push_back(at);
     }

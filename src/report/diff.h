@@ -23,6 +23,7 @@
 
 #include "format/snapshot_file.h"
 #include "replay/stacks.h"
+#include "report/call_tree.h"
 #include "report/frame_list.h"
 #include "symbolize/symbolizer.h"
 #include "util/flat_map.h"
@@ -56,18 +57,30 @@ struct DiffResult {
     std::vector<std::string> warnings;
 };
 
-// Frame identities, as diff matches frames, each interned once: ids
-// compare equal exactly when the frames' identities do, and identity_ranks
-// orders ids as their texts.
-class FrameKeys {
+// A frame's identity, as diff matches frames: the text "F" US function US
+// file US line US inlined (0 or 1) RS for a frame with a function, else
+// "A" US module US offset (hex) RS (US, RS: the ASCII unit and record
+// separators). Compared and hashed as that text without building it: a
+// compiler's report has some 100 000 distinct frames.
+int compare_frame_identities(const SymbolFrame& a, const SymbolFrame& b);  // <0, 0, >0
+uint64_t frame_identity_hash(const SymbolFrame& frame);
+
+// Frame identities, each interned once: ids compare equal exactly when the
+// frames' identities do, and ranks() orders ids as their texts.
+class FrameIdentities {
 public:
+    // The id of `frame`'s identity; a new one keeps a pointer to `frame`,
+    // which must outlive this.
     uint32_t intern(const SymbolFrame& frame);
+    size_t size() const { return frames_.size(); }
     // By id: its rank among the identities' texts.
-    std::vector<uint32_t> identity_ranks() const;
+    std::vector<uint32_t> ranks() const;
 
 private:
-    std::unordered_map<std::string, uint32_t> ids_;
-    std::vector<const std::string*> texts_;  // by id, into ids_
+    static constexpr uint32_t kNone = UINT32_MAX;
+    FlatMap<uint32_t> first_;                 // by hash: the first id of that hash
+    std::vector<const SymbolFrame*> frames_;  // by id
+    std::vector<uint32_t> next_;              // by id: the next id of the same hash, or kNone
 };
 
 // What symbolized frames cost, charged to the read budget
@@ -79,61 +92,78 @@ inline constexpr uint64_t kSymbolFrameBytes = 384;
 inline constexpr uint64_t kSymbolizeVolume = 256;
 
 // The symbolized frames of a snapshot's stacks (inline frames expanded,
-// excluded frames dropped), as ids into one table: each (module, return
-// address) is symbolized and filtered once, and a stack costs no copy of
-// its frames.
+// excluded frames dropped), put into a CallTree: each (module, return
+// address) is symbolized and filtered once, a stack becomes a node of the
+// tree, and callers shared by many stacks are stored once.
 class StackSymbols {
 public:
     // Stacks the snapshot lacks are read from `more`, if given.
     StackSymbols(const Snapshot& snapshot, Symbolizer& symbolizer, const std::vector<std::regex>& exclude,
-                 const StackTable* more = nullptr);
+                 CallTree& tree, const StackTable* more = nullptr);
 
-    std::vector<uint32_t> frame_ids(uint32_t stack);
-    const SymbolFrame& frame(uint32_t id) const { return *frames_[id]; }
-    // The frames as a FrameList that shares the table.
-    FrameList list(const std::vector<uint32_t>& ids) const;
-    // The identity of frame `id` in `keys`.
-    uint32_t key(uint32_t id, FrameKeys& keys);
+    // The node of stack `stack`'s frames in the tree; the root for a stack
+    // without frames or unknown.
+    CallTree::Node node(uint32_t stack);
+
+    // Reads the stacks of `snapshot` (and `more`) from now on: another
+    // moment of the same log shares the frames and nodes made so far,
+    // unless its module ids name other modules.
+    void use(const Snapshot& snapshot, const StackTable* more = nullptr);
 
 private:
     // The frames one recorded frame stands for, excluded ones dropped.
     std::vector<SymbolFrame> symbolized(const StackFrame& raw) const;
 
-    const Snapshot& snapshot_;
+    const Snapshot* snapshot_;
     std::unordered_map<uint32_t, const SnapshotModule*> modules_;  // by id (the last of an id, as a reader's map)
     Symbolizer& symbolizer_;
     const std::vector<std::regex>& exclude_;
+    CallTree& tree_;
     const StackTable* more_;
     std::vector<StackFrame> decoded_;  // a stack of more_
-    std::shared_ptr<FrameTable> table_ = std::make_shared<FrameTable>();
-    std::vector<const SymbolFrame*> frames_;  // by id, into table_
-    std::vector<uint32_t> key_of_;            // by id; UINT32_MAX: not interned yet
-    // (module, vaddr) -> the ids of its frames, [first, first + count), as
-    // first << 32 | count. Keyed by (module + 1) << 48 | vaddr where that
-    // fits (every frame of a real process), in a flat table: a compiler's
-    // report looks up some nine million frames.
+    std::vector<uint32_t> ids_;        // a stack's frame ids, innermost first
+    // The last stack put into the tree, outermost first: (frame id, node).
+    // The next one most often shares its callers, found here without a
+    // look-up in the tree.
+    std::vector<std::pair<uint32_t, CallTree::Node>> path_;
+    // (module, vaddr) -> the ids of its frames in the tree, [first, first +
+    // count), as first << 32 | count. Keyed by (module + 1) << 48 | vaddr
+    // where that fits (every frame of a real process), in a flat table: a
+    // compiler's report looks up some nine million frames.
     FlatMap<uint64_t> ids_of_packed_;
     std::map<std::pair<uint32_t, uint64_t>, uint64_t> ids_of_raw_;  // the others
 };
 
-// Call sites keyed by their frames' identities (FrameKeys ids) and kind,
-// numbered 0, 1, 2... in order of first appearance.
+// Call sites: stacks of a CallTree (nodes) merged by their frames'
+// identities and kind, numbered 0, 1, 2... in order of first appearance.
+// A site is found by a hash of its identities, checked frame by frame.
 class SiteIndex {
 public:
-    // The number of the site; `fresh` says whether it is new.
-    size_t find_or_add(const std::vector<uint32_t>& keys, EntryKind kind, bool* fresh);
+    explicit SiteIndex(const CallTree& tree) : tree_(tree) {}
+
+    // The number of the site of the stack at `node`; `fresh` says whether
+    // it is new (and `node` its frames).
+    size_t find_or_add(CallTree::Node node, EntryKind kind, bool* fresh);
     size_t size() const { return sites_.size(); }
-    // Site numbers in identity order: frame by frame by the identities'
-    // texts (a prefix first), then by kind.
-    std::vector<size_t> identity_order(const FrameKeys& keys) const;
+    // Site numbers in identity order: frame by frame, innermost first, by
+    // the identities' texts (a prefix first), then by kind.
+    std::vector<size_t> identity_order() const;
 
 private:
-    struct Hash {
-        size_t operator()(const std::vector<uint32_t>& v) const;
+    static constexpr uint32_t kNone = UINT32_MAX;
+    struct Site {
+        CallTree::Node node;
+        EntryKind kind;
+        uint32_t next;  // the next site of the same hash, or kNone
     };
-    // keys, then the kind: one vector per site
-    std::unordered_map<std::vector<uint32_t>, size_t, Hash> index_;
-    std::vector<const std::vector<uint32_t>*> sites_;  // by number, into index_
+    uint32_t identity(uint32_t frame_id);
+    bool same_identities(CallTree::Node a, CallTree::Node b) const;
+
+    const CallTree& tree_;
+    FrameIdentities identities_;
+    std::vector<uint32_t> identity_of_;  // by frame id; kNone: not interned yet
+    std::vector<Site> sites_;
+    FlatMap<uint32_t> first_;  // by hash: the first site of that hash
 };
 
 DiffResult diff(const Snapshot& old_snap, const Snapshot& new_snap, const DiffOptions& options, Symbolizer& symbolizer);

@@ -122,8 +122,9 @@ std::string xml_escape(const std::string& text) {
 FlameStack flame_stack(const FrameList& innermost_first, EntryKind kind, uint64_t value) {
     FlameStack s;
     s.value = value;
-    for (auto it = innermost_first.rbegin(); it != innermost_first.rend(); ++it)
-        s.frames.push_back(FlameFrame{folded_name(frame_label(*it)), is_allocation_frame(*it)});
+    for (const SymbolFrame& f : innermost_first)
+        s.frames.push_back(FlameFrame{folded_name(frame_label(f)), is_allocation_frame(f)});
+    std::reverse(s.frames.begin(), s.frames.end());  // outermost first
     if (s.frames.empty()) s.frames.push_back(FlameFrame{"[unknown]", false});
     if (kind == EntryKind::Mmap) s.frames.push_back(FlameFrame{"[mmap]", true});
     return s;

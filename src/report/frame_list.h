@@ -1,25 +1,21 @@
-// The symbolized frames of a call site, as report, diff and trend hold them.
-//
-// A compiler's snapshot has some 40 000 call sites of about 50 frames over
-// a few tens of thousands of distinct frames. Copying every site's frames
-// (three strings each) took a report 2.4 GB; a FrameList instead points
-// into a table where each distinct frame is stored once (StackSymbols'),
-// and keeps that table alive as long as any list into it.
+// The symbolized frames of a call site, as report, diff and trend hold them:
+// a node of a CallTree (report/call_tree.h), read innermost first by
+// walking to the root, and the tree kept alive as long as any list into it.
+// A list costs 24 bytes whatever its depth; the frames and the callers it
+// shares with other sites are stored once, in the tree.
 #pragma once
 
 #include <cstddef>
-#include <deque>
 #include <initializer_list>
 #include <iterator>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
+#include "report/call_tree.h"
 #include "symbolize/symbolizer.h"
 
 namespace heapsnap {
-
-// Frames are appended and never move: a deque's elements stay where they are.
-using FrameTable = std::deque<SymbolFrame>;
 
 class FrameList {
 public:
@@ -29,56 +25,70 @@ public:
         using difference_type = std::ptrdiff_t;
         using reference = const SymbolFrame&;
         using pointer = const SymbolFrame*;
-        using iterator_category = std::bidirectional_iterator_tag;
+        using iterator_category = std::forward_iterator_tag;
 
         iterator() = default;
-        explicit iterator(const SymbolFrame* const* at) : at_(at) {}
-        const SymbolFrame& operator*() const { return **at_; }
-        const SymbolFrame* operator->() const { return *at_; }
+        iterator(const CallTree* tree, CallTree::Node node) : tree_(tree), node_(node) {}
+        const SymbolFrame& operator*() const { return tree_->frame_at(node_); }
+        const SymbolFrame* operator->() const { return &tree_->frame_at(node_); }
         iterator& operator++() {
-            ++at_;
+            node_ = tree_->parent(node_);
             return *this;
         }
-        iterator operator++(int) { return iterator(at_++); }
-        iterator& operator--() {
-            --at_;
-            return *this;
+        iterator operator++(int) {
+            iterator was = *this;
+            ++*this;
+            return was;
         }
-        iterator operator--(int) { return iterator(at_--); }
-        difference_type operator-(const iterator& o) const { return at_ - o.at_; }
-        bool operator==(const iterator&) const = default;
+        bool operator==(const iterator& o) const { return node_ == o.node_; }
 
     private:
-        const SymbolFrame* const* at_ = nullptr;
+        const CallTree* tree_ = nullptr;
+        CallTree::Node node_ = CallTree::kRoot;
     };
 
     FrameList() = default;
-    // Frames of their own, in a table of their own.
+    // Frames of their own, in a tree of their own.
     FrameList(std::vector<SymbolFrame> frames) {  // NOLINT: implicit, as a vector converts
-        auto table = std::make_shared<FrameTable>(std::make_move_iterator(frames.begin()),
-                                                  std::make_move_iterator(frames.end()));
-        for (const SymbolFrame& f : *table) frames_.push_back(&f);
-        table_ = std::move(table);
+        auto tree = std::make_shared<CallTree>();
+        std::vector<uint32_t> ids;
+        ids.reserve(frames.size());
+        for (SymbolFrame& f : frames) ids.push_back(tree->add_frame(std::move(f)));
+        node_ = tree->insert(ids);
+        tree->seal();
+        tree_ = std::move(tree);
     }
     FrameList(std::initializer_list<SymbolFrame> frames) : FrameList(std::vector<SymbolFrame>(frames)) {}
-    // Frames of `table`, which the list keeps alive.
-    FrameList(std::shared_ptr<const FrameTable> table, std::vector<const SymbolFrame*> frames)
-        : table_(std::move(table)), frames_(std::move(frames)) {}
+    // The stack ending at `node` of `tree`, which the list keeps alive.
+    FrameList(std::shared_ptr<const CallTree> tree, CallTree::Node node) : tree_(std::move(tree)), node_(node) {}
 
-    size_t size() const { return frames_.size(); }
-    bool empty() const { return frames_.empty(); }
-    const SymbolFrame& operator[](size_t i) const { return *frames_[i]; }
-    const SymbolFrame& at(size_t i) const { return *frames_.at(i); }
-    const SymbolFrame& front() const { return *frames_.front(); }
-    const SymbolFrame& back() const { return *frames_.back(); }
-    iterator begin() const { return iterator(frames_.data()); }
-    iterator end() const { return iterator(frames_.data() + frames_.size()); }
-    std::reverse_iterator<iterator> rbegin() const { return std::reverse_iterator<iterator>(end()); }
-    std::reverse_iterator<iterator> rend() const { return std::reverse_iterator<iterator>(begin()); }
+    size_t size() const { return tree_ ? tree_->depth(node_) : 0; }
+    bool empty() const { return node_ == CallTree::kRoot; }
+    // Frame i, innermost first (a walk of i nodes).
+    const SymbolFrame& operator[](size_t i) const {
+        CallTree::Node n = node_;
+        for (; i; --i) n = tree_->parent(n);
+        return tree_->frame_at(n);
+    }
+    const SymbolFrame& at(size_t i) const {
+        if (i >= size()) throw std::out_of_range("FrameList::at");
+        return (*this)[i];
+    }
+    const SymbolFrame& front() const { return tree_->frame_at(node_); }
+    const SymbolFrame& back() const {
+        CallTree::Node n = node_;
+        while (tree_->parent(n) != CallTree::kRoot) n = tree_->parent(n);
+        return tree_->frame_at(n);
+    }
+    iterator begin() const { return iterator(tree_.get(), node_); }
+    iterator end() const { return iterator(tree_.get(), CallTree::kRoot); }
+
+    const CallTree* tree() const { return tree_.get(); }
+    CallTree::Node node() const { return node_; }
 
 private:
-    std::shared_ptr<const FrameTable> table_;
-    std::vector<const SymbolFrame*> frames_;
+    std::shared_ptr<const CallTree> tree_;
+    CallTree::Node node_ = CallTree::kRoot;
 };
 
 }  // namespace heapsnap

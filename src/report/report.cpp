@@ -29,32 +29,28 @@ std::string frame_key(const SymbolFrame& f) {
 
 uint64_t since_start(const Snapshot& s, uint64_t t) { return t >= s.process.start_ns ? t - s.process.start_ns : 0; }
 
-// Sites of a snapshot's entries, merged by symbolized stack (equal
-// frame_keys frame by frame), in identity order: by those keys in turn,
-// then kind. A stack is keyed by the ids of its frames' keys (FrameKeys),
-// and a site's frames point into StackSymbols' table.
-std::vector<ReportSite> collect_sites(const Snapshot& snap, const ReportOptions& options, Symbolizer& symbolizer,
-                                      bool with_age, const std::vector<StackActivity>* activity,
+// Sites of a snapshot's entries, merged by symbolized stack (equal frame
+// identities frame by frame, as diff matches them), in identity order: by
+// those identities in turn, then kind. A site's frames are a node of
+// `tree`, which the moment, the peak and the temporaries share.
+std::vector<ReportSite> collect_sites(const Snapshot& snap, StackSymbols& symbols,
+                                      const std::shared_ptr<CallTree>& tree, bool with_age,
+                                      const std::vector<StackActivity>* activity,
                                       const StackTable* more_stacks = nullptr) {
-    StackSymbols symbols(snap, symbolizer, options.exclude, more_stacks);
-    FrameKeys keys;
-    SiteIndex index;
+    symbols.use(snap, more_stacks);
+    SiteIndex index(*tree);
     std::vector<ReportSite> sites;
-    std::vector<uint32_t> key_ids;
     for (const SnapshotEntry& e : snap.entries) {
-        std::vector<uint32_t> frames = symbols.frame_ids(e.stack);
-        key_ids.clear();
-        for (uint32_t id : frames) key_ids.push_back(symbols.key(id, keys));
+        CallTree::Node node = symbols.node(e.stack);
         bool fresh = false;
-        size_t at = index.find_or_add(key_ids, e.kind, &fresh);
+        size_t at = index.find_or_add(node, e.kind, &fresh);
         if (fresh) {
-            // Its frames are pointers into StackSymbols' table, which
-            // charged each distinct frame once.
-            budget_take_memory(sizeof(ReportSite) + frames.size() * (sizeof(uint32_t) + sizeof(const SymbolFrame*)),
-                               "call sites");
+            // Its frames are a node of the tree, which charged each of its
+            // nodes and distinct frames once.
+            budget_take_memory(sizeof(ReportSite), "call sites");
             ReportSite& site = sites.emplace_back();
             site.kind = e.kind;
-            site.frames = symbols.list(frames);
+            site.frames = FrameList(tree, node);
             site.oldest_ns = e.oldest_ns;
             site.newest_ns = e.newest_ns;
         }
@@ -74,7 +70,7 @@ std::vector<ReportSite> collect_sites(const Snapshot& snap, const ReportOptions&
     }
     std::vector<ReportSite> out;
     out.reserve(sites.size());
-    for (size_t at : index.identity_order(keys)) out.push_back(std::move(sites[at]));
+    for (size_t at : index.identity_order()) out.push_back(std::move(sites[at]));
     return out;
 }
 
@@ -244,7 +240,9 @@ Report build_report(const Snapshot& moment, const LogHistory* history, const Rep
                     Symbolizer& symbolizer) {
     Report r;
     r.at_ns = since_start(moment, moment.marker.time_ns);
-    r.sites = collect_sites(moment, options, symbolizer, true, history ? &history->activity : nullptr,
+    auto tree = std::make_shared<CallTree>();
+    StackSymbols symbols(moment, symbolizer, options.exclude, *tree);
+    r.sites = collect_sites(moment, symbols, tree, true, history ? &history->activity : nullptr,
                             history ? history->stacks.get() : nullptr);
     r.functions = group_sites(r.sites, GroupKind::Function);
     r.modules = group_sites(r.sites, GroupKind::Module);
@@ -265,16 +263,17 @@ Report build_report(const Snapshot& moment, const LogHistory* history, const Rep
         r.rate = rate_buckets(history->timeline, since_start(moment, moment.marker.time_ns), 20);
         r.peak_blocks = history->peak.totals.live_blocks;
         if (history->peak.totals.live_bytes) {
-            r.peak_sites = collect_sites(history->peak, options, symbolizer, false, nullptr, history->stacks.get());
+            r.peak_sites = collect_sites(history->peak, symbols, tree, false, nullptr, history->stacks.get());
             sort_by_bytes(r.peak_sites);
         }
-        r.temporary_sites = collect_sites(history->temporary_stacks, options, symbolizer, false, &history->activity,
-                                          history->stacks.get());
+        r.temporary_sites =
+            collect_sites(history->temporary_stacks, symbols, tree, false, &history->activity, history->stacks.get());
         std::stable_sort(r.temporary_sites.begin(), r.temporary_sites.end(),
                          [](const ReportSite& a, const ReportSite& b) {
                              return std::tie(b.temporary, b.allocations) < std::tie(a.temporary, a.allocations);
                          });
     }
+    tree->seal();
     r.warnings = symbolizer.warnings();
     return r;
 }

@@ -4,31 +4,75 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <tuple>
 
 #include "report/render.h"
 #include "report/report.h"
 #include "util/human.h"
 #include "util/files.h"
+#include "util/flat_map.h"
 #include "util/text.h"
 
 namespace heapsnap {
 namespace {
 
-// Identity of a grouped entry's frames, as diff keys them: the symbol when
-// there is one (the offset of a function group is its first member's and
-// means nothing), else module and offset.
-std::string frames_key(const FrameList& frames) {
-    std::string key;
-    for (const SymbolFrame& f : frames) {
-        if (!f.function.empty())
-            key += fmt::format("F\x1f{}\x1f{}\x1f{}\x1f{}\x1e", f.function, f.file, f.line, f.inlined ? 1 : 0);
-        else
-            key += fmt::format("A\x1f{}\x1f{:x}\x1e", f.module, f.offset);
-    }
-    return key;
+// Orders frames as diff orders call sites: frame by frame by their
+// identities (compare_frame_identities; the offset of a function group is
+// its first member's and means nothing), a prefix first.
+int compare_frames(const FrameList& a, const FrameList& b) {
+    auto i = a.begin(), j = b.begin();
+    for (; i != a.end() && j != b.end(); ++i, ++j)
+        if (int c = compare_frame_identities(*i, *j)) return c;
+    return (i == a.end() ? 0 : 1) - (j == b.end() ? 0 : 1);
 }
+
+// Sites of several moments matched by their frames' identities and kind,
+// found by a hash of those and checked frame by frame.
+class SiteMatcher {
+public:
+    // Forgets the frame hashes of the trees seen so far (a tree may be
+    // freed, and another take its place).
+    void next_moment() { hashed_ = nullptr; }
+
+    // The number of the site of `frames`, or `count` (the number a new
+    // one gets, recorded) if there is none among the `count` so far.
+    size_t find_or_add(const FrameList& frames, EntryKind kind, const std::vector<TrendEntry>& sites) {
+        uint64_t h = hash(frames, kind);
+        bool added = false;
+        uint32_t* first = first_.slot(h ? h : 1, &added);
+        if (!added)
+            for (uint32_t at = *first; at != kNone; at = next_[at])
+                if (sites[at].kind == kind && compare_frames(sites[at].frames, frames) == 0) return at;
+        auto at = static_cast<uint32_t>(next_.size());
+        next_.push_back(added ? kNone : *first);
+        *first = at;
+        return at;
+    }
+
+private:
+    static constexpr uint32_t kNone = UINT32_MAX;
+
+    uint64_t hash(const FrameList& frames, EntryKind kind) {
+        const CallTree* tree = frames.tree();
+        if (tree != hashed_) {
+            hashed_ = tree;
+            frame_hash_.clear();
+        }
+        uint64_t h = static_cast<uint64_t>(kind) + 1;
+        for (CallTree::Node n = frames.node(); n != CallTree::kRoot; n = tree->parent(n)) {
+            uint32_t id = tree->frame_id(n);
+            if (id >= frame_hash_.size()) frame_hash_.resize(std::max<size_t>(id + 1, tree->frame_count()), 0);
+            if (!frame_hash_[id]) frame_hash_[id] = frame_identity_hash(tree->frame(id)) | 1;
+            h = (h ^ frame_hash_[id]) * 0x9e3779b97f4a7c15ull;
+        }
+        return h ^ h >> 29;
+    }
+
+    FlatMap<uint32_t> first_;     // by hash: the first site of that hash
+    std::vector<uint32_t> next_;  // by site: the next one of the same hash, or kNone
+    const CallTree* hashed_ = nullptr;
+    std::vector<uint64_t> frame_hash_;  // by frame id of hashed_; 0: not yet
+};
 
 std::string kind_name(EntryKind k) { return k == EntryKind::Heap ? "heap" : "mmap"; }
 
@@ -78,7 +122,8 @@ TrendResult trend(const std::vector<Snapshot>& moments, const TrendOptions& opti
 
     // Each moment grouped as diff groups it (against nothing), then the
     // groups matched across moments by their frames.
-    std::map<std::pair<std::string, EntryKind>, TrendEntry> sites;
+    std::vector<TrendEntry> sites;
+    SiteMatcher matcher;
     DiffOptions grouping;
     grouping.group_by = options.group_by;
     grouping.exclude = options.exclude;
@@ -86,19 +131,27 @@ TrendResult trend(const std::vector<Snapshot>& moments, const TrendOptions& opti
         Snapshot nothing;
         nothing.process = moments[i].process;
         DiffResult d = diff(nothing, moments[i], grouping, symbolizer);
+        matcher.next_moment();
         for (DiffEntry& e : d.entries) {
-            auto [it, fresh] = sites.try_emplace({frames_key(e.frames), e.kind});
-            TrendEntry& t = it->second;
-            if (fresh) {
+            size_t at = matcher.find_or_add(e.frames, e.kind, sites);
+            if (at == sites.size()) {
+                TrendEntry& t = sites.emplace_back();
                 t.kind = e.kind;
                 t.frames = std::move(e.frames);
                 t.series.assign(n, 0);
                 t.blocks_series.assign(n, 0);
             }
+            TrendEntry& t = sites[at];
             t.series[i] += e.new_bytes;
             t.blocks_series[i] += e.new_blocks;
         }
     }
+    std::vector<size_t> order(sites.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+        int c = compare_frames(sites[x].frames, sites[y].frames);
+        return c ? c < 0 : sites[x].kind < sites[y].kind;
+    });
 
     // Steps in which the process did nothing say nothing about growth.
     std::vector<size_t> scored{0};
@@ -110,7 +163,8 @@ TrendResult trend(const std::vector<Snapshot>& moments, const TrendOptions& opti
         if (!idle) scored.push_back(i);
     }
 
-    for (auto& [key, t] : sites) {
+    for (size_t at : order) {
+        TrendEntry& t = sites[at];
         bool constant = std::all_of(t.series.begin(), t.series.end(), [&](uint64_t v) { return v == t.series[0]; }) &&
                         std::all_of(t.blocks_series.begin(), t.blocks_series.end(),
                                     [&](uint64_t v) { return v == t.blocks_series[0]; });
