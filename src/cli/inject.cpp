@@ -365,6 +365,10 @@ unw_accessors_t* paged_accessors() {
     return &accessors;
 }
 
+// How long an injected call may run before heapsnap looks at where it is
+// (Stopped::call_unless).
+constexpr double kPatienceMs = 1;
+
 // libc's lock wait, as calloc calls it (Target::find_lock_call).
 struct LockWait {
     uint64_t lock_wait = 0, lock_wait_end = 0;  // __lll_lock_wait_private's code
@@ -579,7 +583,6 @@ public:
     // (release() puts its own state back).
     std::optional<uint64_t> call_unless(uint64_t fn, std::initializer_list<uint64_t> args, uint64_t sp, Target& target,
                                         const std::function<bool(const user_regs_struct&)>& give_up) {
-        constexpr double kPatienceMs = 1;
         start_call(fn, args, sp, target);
         int signal = 0;
         bool interrupted = false;  // an interrupt asked for and not yet seen
@@ -856,16 +859,22 @@ struct Plan {
 };
 
 constexpr uint64_t kProbeBytes = 256;  // the calloc that tries the arena's lock
+static_assert(kProbeBlocks >= 2);
 constexpr const char* kArenaLocked = "another thread holds the lock of its malloc arena";
 
 // Steps 2 and 3 for the thread `tid`; nullopt if it is gone, or was let go
 // as unsafe (`why` then says why).
+// `blocks`: the trial callocs of tries given up, not freed yet.
 std::optional<Injected> try_thread(pid_t pid, pid_t tid, Target& target, const Plan& plan, unsigned tried,
-                                   std::string& why) {
+                                   std::vector<uint64_t>& blocks, std::string& why) {
     const std::string who = "process " + pid_text(pid);
-    double stop_start = now_ms();
     ShortSlice brief(tid);
     if (!stop_thread(pid, tid)) return std::nullopt;
+    // The stop is timed from here, waitpid having just reported it: until
+    // then the thread ran on, or waited for a CPU it would have waited for
+    // anyway (a busy thread among more threads than CPUs, for up to a few
+    // scheduler ticks).
+    double stop_start = now_ms();
     Stopped thread(tid);
     why = target.unsafe_reason(tid);
     if (!why.empty()) {
@@ -883,21 +892,26 @@ std::optional<Injected> try_thread(pid_t pid, pid_t tid, Target& target, const P
         // thread's malloc arena. Its lock may be held by a running thread
         // that waits for a CPU, for tens of milliseconds; a calloc of the
         // same arena tries it first, and is given up, with nothing held,
-        // if it waits (docs/design/attach.md). The loader thread frees it.
-        uint64_t probe = 0;
+        // if it waits (docs/design/attach.md). One that returned, but only
+        // after a millisecond, met the lock contended: the try ends there
+        // too, its block kept for the loader thread to free.
         if (plan.arena_wait) {
+            double asked = now_ms();
             std::optional<uint64_t> got = thread.call_unless(
                 plan.libc.calloc, {1, kProbeBytes}, call_sp, target,
                 [&](const user_regs_struct& regs) { return target.waits_for_arena(tid, regs, *plan.arena_wait); });
-            if (!got) {
+            // blocks.size() < kProbeBlocks on every try: a slow calloc
+            // ends the try only while another block will fit.
+            bool slow = now_ms() - asked > kPatienceMs;
+            if (got && *got) blocks.push_back(*got);
+            if (!got || (slow && blocks.size() < kProbeBlocks)) {
                 thread.call(plan.libc.munmap, {region.start, region.bytes}, call_sp, target);
                 brief.restore();
                 thread.release();
                 why = kArenaLocked;
                 return std::nullopt;
             }
-            probe = *got;
-            target.write(region.block + offsetof(LoaderBlock, probe), &probe, sizeof probe);
+            target.write(region.block + offsetof(LoaderBlock, probes), blocks.data(), blocks.size() * 8);
         }
         if (thread.call(plan.libc.pthread_create, {top, 0, region.start, region.block}, call_sp, target) == 0) {
             brief.restore();
@@ -908,8 +922,9 @@ std::optional<Injected> try_thread(pid_t pid, pid_t tid, Target& target, const P
         // No thread could be started (RLIMIT_NPROC, a seccomp filter): the
         // region goes, and the stopped thread loads the recorder itself.
         thread.call(plan.libc.munmap, {region.start, region.bytes}, call_sp, target);
-        if (probe) thread.call(plan.libc.free, {probe}, call_sp, target);
     }
+    for (uint64_t block : blocks) thread.call(plan.libc.free, {block}, call_sp, target);
+    blocks.clear();
     Outcome outcome =
         load_in_stopped_thread(thread, target, plan.libc, top, plan.library, plan.settings, plan.attach_offset, who);
     brief.restore();
@@ -922,6 +937,7 @@ std::optional<Injected> try_thread(pid_t pid, pid_t tid, Target& target, const P
 Injected borrow_a_thread(pid_t pid, Target& target, const Plan& plan) {
     ShortSlice own(0);
     std::vector<std::string> reasons;  // the last round's, in the order tried
+    std::vector<uint64_t> blocks;      // try_thread's
     unsigned tried = 0, locked_rounds = 0;
     double give_up = now_ms() + 5000;
     while (now_ms() < give_up) {
@@ -933,11 +949,18 @@ Injected borrow_a_thread(pid_t pid, Target& target, const Plan& plan) {
         bool arena_locked = false;
         for (auto [kind, tid] : tids) {
             std::string why;
-            if (std::optional<Injected> done = try_thread(pid, tid, target, plan, tried, why)) return *done;
+            if (std::optional<Injected> done = try_thread(pid, tid, target, plan, tried, blocks, why)) return *done;
             if (why.empty()) continue;  // gone meanwhile
             reasons.push_back("thread " + pid_text(tid) + ": " + why);
-            arena_locked |= why == kArenaLocked;
             ++tried;
+            // A thread safe but for its arena's lock is still the best
+            // candidate: the round ends there, and the next one starts
+            // with it again, rather than stopping the busy threads after
+            // it, unless its arena has stayed locked for three rounds.
+            if (why == kArenaLocked) {
+                arena_locked = true;
+                if (locked_rounds < 3) break;
+            }
         }
         // 2 ms between rounds; while an arena's lock stays held (its holder
         // may wait for a CPU, or for I/O), twice as long each round, up to

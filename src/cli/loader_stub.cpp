@@ -21,7 +21,8 @@ namespace heapsnap::cli {
 #define LB_NAME 112
 #define LB_SCHED 128
 #define LB_FREE 176
-#define LB_PROBE 184
+#define LB_PROBES 184
+#define LB_PROBE_BLOCKS 8
 #define LB_REPLY_BYTES 4200
 #define LB_NOT_LOADED 4
 
@@ -43,7 +44,7 @@ static_assert(offsetof(LoaderBlock, read) == LB_READ);
 static_assert(offsetof(LoaderBlock, name) == LB_NAME);
 static_assert(offsetof(LoaderBlock, sched) == LB_SCHED);
 static_assert(offsetof(LoaderBlock, free) == LB_FREE);
-static_assert(offsetof(LoaderBlock, probe) == LB_PROBE);
+static_assert(offsetof(LoaderBlock, probes) == LB_PROBES && kProbeBlocks == LB_PROBE_BLOCKS);
 static_assert(kReplyBytes == LB_REPLY_BYTES && kNotLoaded == LB_NOT_LOADED);
 
 #define LB_TEXT(x) #x
@@ -94,11 +95,16 @@ heapsnap_loader_code_begin:
     call [rbx + )" LB(LB_PTHREAD_SELF) R"(]
     mov rdi, rax
     call [rbx + )" LB(LB_PTHREAD_DETACH) R"(]
-    mov rdi, [rbx + )" LB(LB_PROBE) R"(]
+    xor r12d, r12d
+.Lfree:
+    mov rdi, [rbx + r12 * 8 + )" LB(LB_PROBES) R"(]
     test rdi, rdi
     jz .Lfreed
     call [rbx + )" LB(LB_FREE) R"(]
 .Lfreed:
+    inc r12d
+    cmp r12d, )" LB(LB_PROBE_BLOCKS) R"(
+    jb .Lfree
     mov rdi, [rbx + )" LB(LB_PATH) R"(]
     mov esi, 2                          # RTLD_NOW
     call [rbx + )" LB(LB_DLOPEN) R"(]

@@ -18,8 +18,8 @@
 //      and the recorder's writer thread, which it starts, inherits from it.
 //   1. mprotect(block, PROT_READ | PROT_WRITE); the code stays read-only
 //      and executable. Should it fail, the thread goes straight to 6.
-//   2. pthread_detach(pthread_self()); free(probe) if `probe` is not 0
-//      (the stopped thread's calloc that tried its arena's lock, inject.cpp).
+//   2. pthread_detach(pthread_self()); free() of each `probes` block not 0
+//      (the callocs that tried the arena's lock, inject.cpp).
 //   3. dlopen(path, RTLD_NOW); null: outcome kNotLoaded, dlerror()'s text
 //      left in `error_text` (the thread's own buffer, valid until it ends).
 //   4. heapsnap_attach_v1(settings, reply, kReplyBytes) at the link map's
@@ -44,6 +44,7 @@ namespace heapsnap::cli {
 inline constexpr int32_t kLoaderRunning = -1;  // outcome until the thread stores it
 inline constexpr int32_t kNotLoaded = 4;       // dlopen failed
 inline constexpr size_t kReplyBytes = 4200;    // heapsnap_attach_v1's reply
+inline constexpr size_t kProbeBlocks = 8;      // blocks the loader frees
 
 // The block's fixed part, at its start; the strings follow it.
 struct LoaderBlock {
@@ -55,17 +56,17 @@ struct LoaderBlock {
     uint64_t attach_offset;  // heapsnap_attach_v1 in the recorder's file
     uint64_t region;         // the mapping: code, then this block
     uint64_t region_bytes;
-    uint64_t block_bytes;   // from this block's start to the region's end
-    uint64_t path;          // the recorder's path (a C string)
-    uint64_t settings;      // NAME=value strings, an empty one last
-    uint64_t reply;         // kReplyBytes
-    uint64_t error_text;    // out: dlerror(), if dlopen failed
-    int32_t outcome;        // out: kLoaderRunning, then 0 to 3 or kNotLoaded
-    int32_t read;           // in: heapsnap has read the outcome
-    char name[16];          // the thread's name
-    SchedAttributes sched;  // the borrowed thread's own settings; size 0: none
-    uint64_t free;          // libc's
-    uint64_t probe;         // a block to free, or 0
+    uint64_t block_bytes;           // from this block's start to the region's end
+    uint64_t path;                  // the recorder's path (a C string)
+    uint64_t settings;              // NAME=value strings, an empty one last
+    uint64_t reply;                 // kReplyBytes
+    uint64_t error_text;            // out: dlerror(), if dlopen failed
+    int32_t outcome;                // out: kLoaderRunning, then 0 to 3 or kNotLoaded
+    int32_t read;                   // in: heapsnap has read the outcome
+    char name[16];                  // the thread's name
+    SchedAttributes sched;          // the borrowed thread's own settings; size 0: none
+    uint64_t free;                  // libc's
+    uint64_t probes[kProbeBlocks];  // blocks to free; 0: none
 };
 
 // The code, for a page of its own in the process; it starts at its
