@@ -14,9 +14,11 @@
 // While it waits, a thread of the launcher keeps the logs' checkpoints
 // current (replay/keeper.h), so that `heapsnap snapshot PID` of a program
 // that has run for days reads a fraction of a second of events, not days.
-// It starts after kKeepAfter, so a short program is not slowed by it, then
-// follows the logs every kKeepEvery at the program's own priority (at nice
-// 10 it fell seconds behind a program that kept both CPUs busy), and stays
+// It starts after kKeepProgramAfter for the program's own process and
+// kKeepAfter for the processes it starts, so a short one is not slowed by
+// it, then follows the logs every kKeepEvery at the program's own
+// priority (at nice 10 it fell seconds behind a program that kept both
+// CPUs busy), and stays
 // away from logs it could not have written itself (another user's, after
 // a privilege drop) and from HEAPSNAP_NO_CHECKPOINT.
 #include <fcntl.h>
@@ -86,6 +88,12 @@ bool is_set_id(const std::string& program) {
 
 pid_t g_child = -1;
 
+// The program's own process (its pid, through any exec) is kept after a
+// second: it is the one a user snapshots first, often early, and a busy
+// one's first snapshot would otherwise replay everything so far. The
+// processes it starts, after five: a build's compilers, which run a few
+// seconds each, are not slowed by a keeper.
+constexpr auto kKeepProgramAfter = std::chrono::seconds(1);
 constexpr auto kKeepAfter = std::chrono::seconds(5);
 constexpr auto kKeepEvery = std::chrono::milliseconds(100);
 
@@ -99,13 +107,14 @@ bool writer_running(const std::string& log) {
 
 // The checkpoint keeper's thread: until stop(), every kKeepEvery,
 // refreshes a keeper per log listed in `paths_file`. A log is kept once
-// it has been listed for kKeepAfter, or as soon as a snapshot has left a
+// it has been listed for kKeepProgramAfter (the program's own process,
+// `program`) or kKeepAfter (the others), or as soon as a snapshot has left a
 // checkpoint of it (a program someone snapshots is likely snapshotted
 // again), and only while its process runs: the many short processes of a
 // build are never read, nor their logs once they have ended.
 class Keepers {
 public:
-    explicit Keepers(std::string paths_file) : paths_file_(std::move(paths_file)) {
+    Keepers(std::string paths_file, pid_t program) : paths_file_(std::move(paths_file)), program_(program) {
         if (!checkpoints_enabled()) return;
         thread_ = std::thread([this] { loop(); });
     }
@@ -139,9 +148,11 @@ private:
         std::ifstream paths(paths_file_);
         for (std::string line; std::getline(paths, line);) {
             if (line.empty() || keepers_.count(line)) continue;
-            auto listed = listed_.try_emplace(line, now).first;
+            auto listed = listed_.try_emplace(line, Listed{now, 0}).first;
+            if (!listed->second.writer) listed->second.writer = log_writer_pid(line);  // 0 until readable
+            auto wait = listed->second.writer == static_cast<uint64_t>(program_) ? kKeepProgramAfter : kKeepAfter;
             struct stat st;
-            if (now - listed->second < kKeepAfter && stat(checkpoint_path(line).c_str(), &st) != 0) continue;
+            if (now - listed->second.since < wait && stat(checkpoint_path(line).c_str(), &st) != 0) continue;
             listed_.erase(listed);
             bool ours = stat(line.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid();
             keepers_.emplace(line, ours && writer_running(line) ? std::make_unique<CheckpointKeeper>(line) : nullptr);
@@ -163,9 +174,14 @@ private:
         }
     }
 
+    struct Listed {
+        std::chrono::steady_clock::time_point since;
+        uint64_t writer;  // its Process record's pid; 0 until read
+    };
     std::string paths_file_;
-    std::map<std::string, std::unique_ptr<CheckpointKeeper>> keepers_;     // null: not kept
-    std::map<std::string, std::chrono::steady_clock::time_point> listed_;  // not kept yet: since when listed
+    pid_t program_;
+    std::map<std::string, std::unique_ptr<CheckpointKeeper>> keepers_;  // null: not kept
+    std::map<std::string, Listed> listed_;                              // not kept yet
     std::mutex mutex_;
     std::condition_variable wake_;
     bool stopping_ = false;
@@ -238,7 +254,7 @@ int run(const RunOptions& o) {
     signal(SIGHUP, forward_signal);
     int status = 0;
     {
-        Keepers keepers(paths_file);
+        Keepers keepers(paths_file, g_child);
         while (waitpid(g_child, &status, 0) < 0 && errno == EINTR) {
         }
     }

@@ -13,7 +13,7 @@ from harness import Growth, HeapsnapTest, entries_with, main
 
 # Twice the keeper's minimum of a million events (CheckpointKeeper::kMinEvents).
 CHURN = 1_000_000
-# The keeper starts 5 s after the program and follows the log from then on; a
+# The keeper starts 1 s after the program and follows the log from then on; a
 # loaded machine gets this long before the test gives up on it.
 WAIT = 90
 
