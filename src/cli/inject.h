@@ -29,13 +29,14 @@
 //    the kernel from restarting the interrupted system call on the call's
 //    registers. mmap maps the loader's region, which heapsnap fills in
 //    through /proc/PID/mem; a calloc tries the lock of the thread's malloc
-//    arena, which pthread_create's allocation takes, and is given up, the
-//    thread let go, if the thread sleeps waiting for it (Target::
-//    waits_for_arena; the next round tries again); pthread_create starts
-//    the loader thread on the region (cli/loader_stub.h). Then the saved state goes back (the kernel
+//    arena, which pthread_create's allocation takes, and the try ends, the
+//    thread let go, if the thread sleeps waiting for that lock
+//    (Target::waits_for_arena) or was slow to get it (the next round tries
+//    again); pthread_create starts the loader thread on the region
+//    (cli/loader_stub.h). Then the saved state goes back (the kernel
 //    restarts the system call as it would have) and the thread is let go:
-//    the stop lasted from PTRACE_INTERRUPT to PTRACE_DETACH, the time
-//    printed. The loader thread calls dlopen(path, RTLD_NOW) and
+//    the stop lasted from the moment waitpid reported it to PTRACE_DETACH,
+//    the time printed. The loader thread calls dlopen(path, RTLD_NOW) and
 //    heapsnap_attach_v1(settings, reply, size) (src/recorder/attach.cpp).
 //    It starts with no lock held, so it may wait for any; what it waits
 //    for (the CPU, a malloc arena's lock, the loader's lock) no longer
