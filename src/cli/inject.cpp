@@ -20,8 +20,8 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
-#include <map>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -433,7 +433,11 @@ public:
     // or "" if it may (the rules in inject.h).
     std::string unsafe_reason(pid_t tid) {
         std::vector<uint64_t> ips;
-        if (!stack_ips(tid, ips)) return ips.empty() ? "its stack cannot be read" : "its stack cannot be unwound";
+        switch (stack_ips(tid, ips)) {
+            case Unwound::Unreadable: return "its stack cannot be read";
+            case Unwound::Partly: return "its stack cannot be unwound";
+            case Unwound::Whole: break;
+        }
         const Symbol* run_entry = nullptr;
         bool in_run = false;
         for (size_t i = 0; i < ips.size(); ++i) {
@@ -471,8 +475,8 @@ public:
         std::vector<uint64_t> ips;
         // The return address 0 ends the stack; libunwind may step on past
         // it, into whatever lies above.
-        bool complete = stack_ips(tid, ips);
-        if (ips.size() > 2 ? ips[2] != 0 : !(complete && ips.size() == 2)) return false;
+        bool whole = stack_ips(tid, ips) == Unwound::Whole;
+        if (ips.size() > 2 ? ips[2] != 0 : !(whole && ips.size() == 2)) return false;
         return ips[0] >= wait.lock_wait && ips[0] < wait.lock_wait_end && ips[1] == wait.lock_call;
     }
 
@@ -505,12 +509,14 @@ public:
     }
 
 private:
-    // The stopped thread's return addresses, innermost first; false if the
-    // stack cannot be read (ips empty) or not unwound to its end.
-    bool stack_ips(pid_t tid, std::vector<uint64_t>& ips) {
+    enum class Unwound { Unreadable, Partly, Whole };
+
+    // The stopped thread's return addresses, innermost first, as far as
+    // they could be unwound.
+    Unwound stack_ips(pid_t tid, std::vector<uint64_t>& ips) {
         ips.clear();
         void* upt = _UPT_create(tid);
-        if (!upt) return false;
+        if (!upt) return Unwound::Unreadable;
         PageReader pages(mem_);
         g_unwind_pages = &pages;
         unw_cursor_t cursor;
@@ -527,8 +533,7 @@ private:
         }
         g_unwind_pages = nullptr;
         _UPT_destroy(upt);
-        if (ips.empty()) ips.push_back(0);
-        return complete;
+        return complete ? Unwound::Whole : Unwound::Partly;
     }
 
     pid_t pid_;
