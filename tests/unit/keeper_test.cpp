@@ -40,12 +40,12 @@ void churn(LogBuilder& b, uint64_t& t, uint64_t& address, int blocks) {
     }
 }
 
-Moment marker(uint32_t index) {
-    Moment m;
-    m.kind = Moment::Kind::Index;
-    m.index = index;
-    m.text = std::to_string(index);
-    return m;
+// A process, 50 stacks, and 2000 blocks churned from them in one frame.
+void churned_log(LogBuilder& b, uint64_t& t, uint64_t& address) {
+    b.process();
+    for (uint32_t id = 1; id <= 50; ++id) b.stack(id, {{0, 0x1000 + id * 0x10}, {0, 0x9000}});
+    churn(b, t, address, 2000);
+    b.frame();
 }
 
 // Where the checkpoint beside `log` is: the events its replay had taken in.
@@ -59,11 +59,8 @@ uint64_t checkpoint_events(const std::string& log) {
 
 TEST_CASE("keeper: holds past a requested marker until its client saved") {
     LogBuilder b;
-    b.process();
-    for (uint32_t id = 1; id <= 50; ++id) b.stack(id, {{0, 0x1000 + id * 0x10}, {0, 0x9000}});
     uint64_t t = 2000000, address = 0x100000;
-    churn(b, t, address, 2000);
-    b.frame();
+    churned_log(b, t, address);
     TempFile f{b.write()};
     REQUIRE(b.bytes().size() > 4096);
 
@@ -87,7 +84,7 @@ TEST_CASE("keeper: holds past a requested marker until its client saved") {
 
     // The client resumes from the keeper's checkpoint, before its marker,
     // and saves its own there: the keeper goes on saving.
-    Snapshot resumed = snapshot_at(f.path, marker(1));
+    Snapshot resumed = snapshot_at(f.path, test::at_marker(1));
     CHECK(checkpoint_events(f.path) == resumed.marker.events);
     CHECK(keeper.refresh());
     CHECK_FALSE(keeper.holding());
@@ -97,7 +94,7 @@ TEST_CASE("keeper: holds past a requested marker until its client saved") {
 
     // The same live set as a replay from the start.
     setenv("HEAPSNAP_NO_CHECKPOINT", "1", 1);
-    Snapshot whole = snapshot_at(f.path, marker(1));
+    Snapshot whole = snapshot_at(f.path, test::at_marker(1));
     unsetenv("HEAPSNAP_NO_CHECKPOINT");
     CHECK(resumed.totals.live_bytes == whole.totals.live_bytes);
     CHECK(resumed.totals.live_blocks == whole.totals.live_blocks);
@@ -111,11 +108,8 @@ TEST_CASE("keeper: holds past a requested marker until its client saved") {
 
 TEST_CASE("keeper: no hold for a marker whose client saved before the keeper read it") {
     LogBuilder b;
-    b.process();
-    for (uint32_t id = 1; id <= 50; ++id) b.stack(id, {{0, 0x1000 + id * 0x10}, {0, 0x9000}});
     uint64_t t = 2000000, address = 0x100000;
-    churn(b, t, address, 2000);
-    b.frame();
+    churned_log(b, t, address);
     TempFile f{b.write()};
 
     CheckpointKeeper keeper(f.path, 100);
@@ -125,7 +119,7 @@ TEST_CASE("keeper: no hold for a marker whose client saved before the keeper rea
     b.marker(t += 1000, 1, "snapshot", hslog::MarkerCause::Request);
     b.frame();
     grow(f.path, b);
-    snapshot_at(f.path, marker(1));  // the client, done before the keeper looks
+    snapshot_at(f.path, test::at_marker(1));  // the client, done before the keeper looks
     churn(b, t, address, 1000);
     b.frame();
     grow(f.path, b);
@@ -137,18 +131,15 @@ TEST_CASE("keeper: no hold for a marker whose client saved before the keeper rea
 
 TEST_CASE("checkpoint: a state that does not decode is dropped, and the log read from its start") {
     LogBuilder b;
-    b.process();
-    for (uint32_t id = 1; id <= 50; ++id) b.stack(id, {{0, 0x1000 + id * 0x10}, {0, 0x9000}});
     uint64_t t = 2000000, address = 0x100000;
-    churn(b, t, address, 2000);
-    b.frame();
+    churned_log(b, t, address);
     b.marker(t += 1000, 1, "first", hslog::MarkerCause::Request);
     b.frame();
     churn(b, t, address, 1000);
     b.marker(t += 1000, 2, "second", hslog::MarkerCause::Request);
     b.frame();
     TempFile f{b.write()};
-    snapshot_at(f.path, marker(1));  // leaves a checkpoint at marker 1
+    snapshot_at(f.path, test::at_marker(1));  // leaves a checkpoint at marker 1
     std::optional<Checkpoint> good = load_checkpoint(LogFile{f.path});
     REQUIRE(good);
     REQUIRE(good->state().size() > 16);
@@ -172,7 +163,7 @@ TEST_CASE("checkpoint: a state that does not decode is dropped, and the log read
     int into = open(said.path.c_str(), O_RDWR | O_TRUNC | O_CLOEXEC);
     REQUIRE(into >= 0);
     dup2(into, 2);
-    Snapshot resumed = snapshot_at(f.path, marker(2));
+    Snapshot resumed = snapshot_at(f.path, test::at_marker(2));
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
@@ -185,7 +176,7 @@ TEST_CASE("checkpoint: a state that does not decode is dropped, and the log read
                          ": the checkpoint's state does not decode; the log is read from its start\n");
 
     setenv("HEAPSNAP_NO_CHECKPOINT", "1", 1);
-    Snapshot whole = snapshot_at(f.path, marker(2));
+    Snapshot whole = snapshot_at(f.path, test::at_marker(2));
     unsetenv("HEAPSNAP_NO_CHECKPOINT");
     CHECK(resumed.marker.events == whole.marker.events);
     CHECK(resumed.totals.live_bytes == whole.totals.live_bytes);

@@ -35,14 +35,6 @@ bool exists(const std::string& path) {
     return stat(path.c_str(), &st) == 0;
 }
 
-Moment marker(uint32_t index) {
-    Moment m;
-    m.kind = Moment::Kind::Index;
-    m.index = index;
-    m.text = std::to_string(index);
-    return m;
-}
-
 }  // namespace
 
 TEST_CASE("log file: a log read through its descriptor is never opened by path") {
@@ -50,12 +42,12 @@ TEST_CASE("log file: a log read through its descriptor is never opened by path")
     int fd = open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
     REQUIRE(fd >= 0);
     unlink(f.path.c_str());  // the path names nothing now
-    Snapshot s = snapshot_at(LogFile{f.path, fd}, marker(2));
+    Snapshot s = snapshot_at(LogFile{f.path, fd}, test::at_marker(2));
     CHECK(s.totals.live_bytes == 150);
     CHECK(s.source == f.path);
     // Messages still name the path.
     try {
-        snapshot_at(LogFile{f.path, fd}, marker(3));
+        snapshot_at(LogFile{f.path, fd}, test::at_marker(3));
         FAIL("expected an error");
     } catch (const Error& e) {
         CHECK(std::string(e.what()) == f.path + ": no marker \"3\"; markers: 1 \"A\" 2 \"B\"");
@@ -72,13 +64,13 @@ TEST_CASE("log file: a checkpoint only beside the very file the descriptor is") 
     REQUIRE(fd >= 0);
     // The path names another file (as a reply from a process could): the
     // log is read through the descriptor, and no checkpoint goes anywhere.
-    CHECK(snapshot_at(LogFile{other.path, fd}, marker(1)).totals.live_bytes == 100);
+    CHECK(snapshot_at(LogFile{other.path, fd}, test::at_marker(1)).totals.live_bytes == 100);
     CHECK_FALSE(exists(other.path + ".checkpoint"));
     CHECK_FALSE(exists(real.path + ".checkpoint"));
     // The path names the file: its checkpoint is written, and a later
     // snapshot resumes from it to the same result.
-    CHECK(snapshot_at(LogFile{real.path, fd}, marker(1)).totals.live_bytes == 100);
+    CHECK(snapshot_at(LogFile{real.path, fd}, test::at_marker(1)).totals.live_bytes == 100);
     CHECK(exists(real.path + ".checkpoint"));
-    CHECK(snapshot_at(LogFile{real.path, fd}, marker(2)).totals.live_bytes == 150);
+    CHECK(snapshot_at(LogFile{real.path, fd}, test::at_marker(2)).totals.live_bytes == 150);
     close(fd);
 }

@@ -14,6 +14,7 @@
 
 #include "format/hslog.h"
 #include "format/log_reader.h"
+#include "replay/marker_select.h"
 
 namespace heapsnap::test {
 
@@ -244,6 +245,15 @@ private:
     std::map<uint64_t, uint32_t> live_;  // address -> info id, 0 for an addressed block
     std::map<std::tuple<hslog::AllocFn, uint64_t, uint32_t>, uint32_t> infos_;  // (fn, size, stack) -> info id
 };
+
+// The moment of marker `index` (LOG@index).
+inline Moment at_marker(uint32_t index) {
+    Moment m;
+    m.kind = Moment::Kind::Index;
+    m.index = index;
+    m.text = std::to_string(index);
+    return m;
+}
 
 // Deletes the file (and the replay checkpoint a snapshot of it leaves) at
 // scope exit.
