@@ -18,9 +18,8 @@
 // kKeepAfter for the processes it starts, so a short one is not slowed by
 // it, then follows the logs every kKeepEvery at the program's own
 // priority (at nice 10 it fell seconds behind a program that kept both
-// CPUs busy), and stays
-// away from logs it could not have written itself (another user's, after
-// a privilege drop) and from HEAPSNAP_NO_CHECKPOINT.
+// CPUs busy), and stays away from logs it could not have written itself
+// (another user's, after a privilege drop) and from HEAPSNAP_NO_CHECKPOINT.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -97,10 +96,9 @@ constexpr auto kKeepProgramAfter = std::chrono::seconds(1);
 constexpr auto kKeepAfter = std::chrono::seconds(5);
 constexpr auto kKeepEvery = std::chrono::milliseconds(100);
 
-// Whether the process that writes `log` still runs; false if the log
-// cannot be read.
-bool writer_running(const std::string& log) {
-    uint64_t wide = log_writer_pid(log);
+// Whether the process that writes a log (its Process record's pid,
+// log_writer_pid; 0 if the log cannot be read) still runs.
+bool writer_running(uint64_t wide) {
     auto pid = static_cast<pid_t>(wide);
     return pid > 0 && static_cast<uint64_t>(pid) == wide && (kill(pid, 0) == 0 || errno == EPERM);
 }
@@ -153,9 +151,10 @@ private:
             auto wait = listed->second.writer == static_cast<uint64_t>(program_) ? kKeepProgramAfter : kKeepAfter;
             struct stat st;
             if (now - listed->second.since < wait && stat(checkpoint_path(line).c_str(), &st) != 0) continue;
+            uint64_t writer = listed->second.writer;
             listed_.erase(listed);
             bool ours = stat(line.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid();
-            keepers_.emplace(line, ours && writer_running(line) ? std::make_unique<CheckpointKeeper>(line) : nullptr);
+            keepers_.emplace(line, ours && writer_running(writer) ? std::make_unique<CheckpointKeeper>(line) : nullptr);
         }
         for (auto& [path, keeper] : keepers_) {
             if (!keeper) continue;

@@ -71,7 +71,7 @@ constexpr int kLogFlags = O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_
 
 // Mode 0600 whatever the umask: one that takes the owner's write bit
 // would leave a log heapsnap refuses as not the user's own.
-int open_new(const char* path) {
+static int open_new(const char* path) {
     int fd = open(path, kLogFlags, 0600);
     if (fd >= 0) fchmod(fd, 0600);
     return fd;
